@@ -1,0 +1,26 @@
+# Two commands: `make repro` (set up, then rebuild every artifact with DVC) and `make test`.
+VENV   ?= .venv
+PYTHON ?= python3
+BIN    := $(abspath $(VENV))/bin
+export PATH := $(BIN):$(PATH)
+
+.PHONY: setup repro test clean-venv
+
+setup: $(VENV)/.installed
+
+# torch first and pinned: the project machines carry its CPU wheel, and a loose
+# requirement would make pip download a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -c constraints.txt torch==2.13.0
+	$(BIN)/python -m pip install -c constraints.txt -e ".[dev]"
+	touch $@
+
+repro: setup
+	dvc repro
+
+test: setup
+	python -m pytest
+
+clean-venv:
+	rm -rf $(VENV)

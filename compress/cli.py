@@ -1,0 +1,107 @@
+"""The `compress` command. Stages run through `dvc repro`; this command is for using and
+inspecting what they build."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import UserError
+
+
+def _points(text: str) -> list[int]:
+    try:
+        b, s = text.lower().split("x")
+        return [int(b), int(s)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"point '{text}' must be BATCHxSEQ, e.g. 1x128") from None
+
+
+def cmd_env(args) -> None:
+    from .env import environment
+
+    print(json.dumps(environment(), indent=2))
+
+
+def cmd_validate_data(args) -> None:
+    from .data import SPLITS, get_task, read_split
+
+    task = get_task(args.task)
+    for split in SPLITS:
+        n = sum(1 for _ in read_split(args.source, split, task))
+        print(f"{split}: {n} rows OK")
+
+
+def cmd_measure(args) -> None:
+    from .config import build
+    from .env import environment
+    from .measure import MeasureConfig, measure
+    from .report import make_report, render_markdown
+    from .runners import Artifact
+
+    overrides = {"targets": args.targets, "threads": args.threads}
+    if args.points:
+        overrides["points"] = args.points
+    cfg = build(MeasureConfig, overrides, "measure")
+    path = Path(args.artifact)
+    records = measure(Artifact(args.name or path.name, path), args.data, cfg)
+    report = make_report("measure", records, environment(cfg.threads))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(render_markdown(report))
+
+
+def cmd_report(args) -> None:
+    from .io import atomic_write_text
+    from .report import read_report, render_markdown
+
+    for p in args.reports:
+        out = Path(p).with_suffix(".md")
+        atomic_write_text(out, render_markdown(read_report(p)))
+        print(f"wrote {out}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="compress",
+        description="Compress a BERT classifier and measure every artifact. Build the "
+                    "artifacts with `dvc repro`; use this command to inspect and measure them.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("env", help="print the machine, GPU and library versions measurements record")
+    s.set_defaults(func=cmd_env)
+
+    s = sub.add_parser("validate-data", help="check a GLUE-format directory for a task")
+    s.add_argument("source", help="directory with train.tsv and dev.tsv, or hub:glue/sst2")
+    s.add_argument("--task", default="sst2", help="sst2 or mrpc (default sst2)")
+    s.set_defaults(func=cmd_validate_data)
+
+    s = sub.add_parser("measure", help="measure accuracy, latency and memory of a model directory")
+    s.add_argument("artifact", help="model directory (config.json, *.safetensors, tokenizer)")
+    s.add_argument("--data", default="data/prepared", help="prepared data directory (default data/prepared)")
+    s.add_argument("--name", help="artifact name in the report (default: directory name)")
+    s.add_argument("--targets", nargs="+", default=["cpu", "gpu"], help="cpu and/or gpu")
+    s.add_argument("--points", nargs="+", type=_points, help="latency points as BATCHxSEQ (default 1x128 32x128)")
+    s.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
+    s.add_argument("--json", help="also write the report JSON here")
+    s.set_defaults(func=cmd_measure)
+
+    s = sub.add_parser("report", help="re-render Markdown reports from their JSON")
+    s.add_argument("reports", nargs="+", help="report JSON files, e.g. reports/teacher.json")
+    s.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

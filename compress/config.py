@@ -1,0 +1,109 @@
+"""Validated configuration dataclasses.
+
+Every stage reads one section of params.yaml into one of these. Building a config
+rejects unknown keys (suggesting the nearest valid one), wrong types and illegal
+values, so a typo in params.yaml fails before any work starts and names the key.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import UserError
+
+
+class ConfigError(UserError):
+    """A params value is missing, unknown, of the wrong type or out of range."""
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            return False
+        args = typing.get_args(hint)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(_type_ok(v, h) for v, h in zip(value, args))
+        inner = args[0] if args else Any
+        return all(_type_ok(v, inner) for v in value)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True
+
+
+def _type_name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def build(cls, data: dict | None, section: str):
+    """Build dataclass `cls` from `data`, the params.yaml section named `section`."""
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"params section '{section}' must be a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            near = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" Did you mean '{near[0]}'?" if near else ""
+            raise ConfigError(
+                f"unknown key '{section}.{key}'.{hint} Valid keys: {', '.join(sorted(fields))}"
+            )
+    kwargs = {}
+    for name, f in fields.items():
+        if name in data:
+            value = data[name]
+            if dataclasses.is_dataclass(hints[name]):  # a nested section, e.g. teacher.train
+                kwargs[name] = build(hints[name], value, f"{section}.{name}")
+                continue
+            if not _type_ok(value, hints[name]):
+                raise ConfigError(
+                    f"'{section}.{name}' must be {_type_name(hints[name])}, "
+                    f"got {value!r} ({type(value).__name__})"
+                )
+            if isinstance(value, int) and hints[name] is float:
+                value = float(value)
+            kwargs[name] = value
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"missing required key '{section}.{name}'")
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        raise ConfigError(f"{section}: {e}") from None
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+def load_params(path: str | Path = "params.yaml") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: params file not found (run from the repository root)")
+    with open(path, encoding="utf-8") as f:
+        params = yaml.safe_load(f) or {}
+    if not isinstance(params, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of stage sections")
+    return params
+
+
+def section(params: dict, name: str, cls):
+    """Build config `cls` from section `name` of already-loaded params."""
+    return build(cls, params.get(name), name)

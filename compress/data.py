@@ -1,0 +1,309 @@
+"""Tasks and data: read, validate and prepare GLUE classification splits.
+
+Sources are a local GLUE-format directory (``train.tsv`` and ``dev.tsv``, tab-separated,
+quoting off, UTF-8 with an optional byte-order mark) or a Hugging Face Hub dataset id
+written ``hub:glue/sst2``. Every problem in a local file is reported with the file and
+line number. Prepared splits are JSON lines ``{"text_a", "text_b", "label"}``; the
+tokenizer of each model turns them into tensors later, so one prepared set serves all
+models of a pipeline.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .errors import UserError
+
+SPLITS = ("train", "dev")
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    columns: tuple[str, ...]  # header of the GLUE tsv file
+    text_columns: tuple[str, ...]  # one column: single sentence; two: sentence pair
+    label_column: str
+    labels: tuple[str, ...]  # label values as written in the file, index = class id
+    label_names: tuple[str, ...]
+    hub_columns: tuple[str, ...]  # text columns in the Hub's glue config
+    metrics: tuple[str, ...]
+
+    @property
+    def is_pair(self) -> bool:
+        return len(self.text_columns) == 2
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.labels)
+
+
+TASKS = {
+    "sst2": Task(
+        name="sst2",
+        columns=("sentence", "label"),
+        text_columns=("sentence",),
+        label_column="label",
+        labels=("0", "1"),
+        label_names=("negative", "positive"),
+        hub_columns=("sentence",),
+        metrics=("accuracy",),
+    ),
+    "mrpc": Task(
+        name="mrpc",
+        columns=("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"),
+        text_columns=("#1 String", "#2 String"),
+        label_column="Quality",
+        labels=("0", "1"),
+        label_names=("not_equivalent", "equivalent"),
+        hub_columns=("sentence1", "sentence2"),
+        metrics=("accuracy", "f1"),
+    ),
+}
+
+
+class DataError(UserError):
+    """Input data is missing or malformed; the message names the file and line."""
+
+
+def get_task(name: str) -> Task:
+    if name not in TASKS:
+        raise DataError(f"unknown task '{name}': choose one of {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+@dataclass(frozen=True)
+class Example:
+    text_a: str
+    text_b: str | None
+    label: int
+
+
+def read_glue_tsv(path: str | Path, task: Task) -> Iterator[Example]:
+    """Stream examples from a GLUE tsv file, validating every row.
+
+    Streams line by line so memory stays bounded for any file size. Raises DataError
+    naming the file and 1-based line number on the first bad row.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(
+            f"{path}: file not found. A GLUE-format directory holds train.tsv and dev.tsv "
+            f"(set prepare.source to that directory, or to hub:glue/{task.name})"
+        )
+    with open(path, "rb") as f:
+        header = None
+        col_index: dict[str, int] = {}
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                    f"{e.start + 1}); re-encode the file as UTF-8"
+                ) from None
+            if lineno == 1:
+                line = line.lstrip("\ufeff")  # MRPC ships with a byte-order mark
+            line = line.rstrip("\r\n")
+            if header is None:
+                header = line.split("\t")
+                missing = [c for c in task.columns if c not in header]
+                if missing or len(header) != len(task.columns):
+                    raise DataError(
+                        f"{path}:1: wrong columns for task '{task.name}': expected "
+                        f"{list(task.columns)}, found {header}"
+                    )
+                col_index = {c: header.index(c) for c in task.columns}
+                continue
+            if not line.strip():
+                # A trailing blank line is harmless; a blank line mid-file is not.
+                rest = f.read()
+                if rest.strip():
+                    raise DataError(f"{path}:{lineno}: empty line inside the data")
+                return
+            fields = line.split("\t")
+            if len(fields) != len(header):
+                raise DataError(
+                    f"{path}:{lineno}: expected {len(header)} tab-separated fields, found "
+                    f"{len(fields)} (a sentence may contain a tab character)"
+                )
+            label = fields[col_index[task.label_column]].strip()
+            if label not in task.labels:
+                raise DataError(
+                    f"{path}:{lineno}: label {label!r} is not one of task '{task.name}' "
+                    f"labels {list(task.labels)}"
+                )
+            texts = []
+            for c in task.text_columns:
+                text = fields[col_index[c]].strip()
+                if not text:
+                    raise DataError(f"{path}:{lineno}: empty sentence in column '{c}'")
+                texts.append(text)
+            yield Example(
+                texts[0], texts[1] if task.is_pair else None, task.labels.index(label)
+            )
+
+
+def read_hub(dataset_id: str, split: str, task: Task, revision: str | None) -> Iterator[Example]:
+    """Examples from a Hub dataset such as ``glue/sst2`` (needs network and `datasets`)."""
+    try:
+        import datasets  # optional: pip install 'bert-compress[hub]'
+    except ImportError:
+        raise DataError(
+            f"hub:{dataset_id} needs the 'datasets' package: pip install 'bert-compress[hub]'"
+        ) from None
+    parts = dataset_id.split("/")
+    hub_split = {"train": "train", "dev": "validation"}[split]
+    if len(parts) == 2 and parts[0] == "glue":
+        ds = datasets.load_dataset("nyu-mll/glue", parts[1], split=hub_split, revision=revision)
+    else:
+        ds = datasets.load_dataset(dataset_id, split=hub_split, revision=revision)
+    for i, row in enumerate(ds):
+        where = f"hub:{dataset_id}[{hub_split}] row {i}"
+        missing = [c for c in (*task.hub_columns, "label") if c not in row]
+        if missing:
+            raise DataError(f"{where}: missing columns {missing}")
+        label = row["label"]
+        if label not in range(task.num_labels):
+            raise DataError(f"{where}: label {label!r} outside 0..{task.num_labels - 1}")
+        texts = [str(row[c]).strip() for c in task.hub_columns]
+        if not all(texts):
+            raise DataError(f"{where}: empty sentence")
+        yield Example(texts[0], texts[1] if task.is_pair else None, int(label))
+
+
+def read_split(source: str, split: str, task: Task, revision: str | None = None) -> Iterator[Example]:
+    if split not in SPLITS:
+        raise DataError(f"unknown split '{split}': choose one of {SPLITS}")
+    if source.startswith("hub:"):
+        return read_hub(source[4:], split, task, revision)
+    return read_glue_tsv(Path(source) / f"{split}.tsv", task)
+
+
+def subsample(examples: list[Example], max_rows: int | None, seed: int) -> list[Example]:
+    """A seeded random subset, keeping file order, for quick runs on a data slice."""
+    if max_rows is None or len(examples) <= max_rows:
+        return examples
+    keep = sorted(random.Random(seed).sample(range(len(examples)), max_rows))
+    return [examples[i] for i in keep]
+
+
+def write_jsonl(path: Path, examples: list[Example]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        for ex in examples:
+            f.write(json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label},
+                               ensure_ascii=False) + "\n")
+
+
+def read_jsonl(path: str | Path) -> list[Example]:
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: prepared split not found; run the prepare stage first")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            try:
+                d = json.loads(line)
+                out.append(Example(d["text_a"], d["text_b"], int(d["label"])))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise DataError(f"{path}:{lineno}: malformed prepared row ({e})") from None
+    return out
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def data_card(task: Task, source: str, splits: dict[str, list[Example]], files: dict[str, Path]) -> dict:
+    """Rows per split, label balance and content hashes of the prepared files."""
+    card = {"task": task.name, "source": source, "is_pair": task.is_pair,
+            "label_names": list(task.label_names), "splits": {}}
+    for name, examples in splits.items():
+        counts = Counter(ex.label for ex in examples)
+        n = len(examples)
+        card["splits"][name] = {
+            "rows": n,
+            "label_counts": {task.label_names[i]: counts.get(i, 0) for i in range(task.num_labels)},
+            "label_fraction": {task.label_names[i]: round(counts.get(i, 0) / n, 4) if n else 0.0
+                               for i in range(task.num_labels)},
+            "sha256": sha256_file(files[name]),
+        }
+    return card
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A prepared data directory: the splits and the card written by the prepare stage."""
+    root: Path
+    task: Task
+    card: dict
+
+    @classmethod
+    def open(cls, root: str | Path) -> "Prepared":
+        root = Path(root)
+        card_path = root / "card.json"
+        if not card_path.is_file():
+            raise DataError(f"{card_path}: data card not found; run the prepare stage first")
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        return cls(root, get_task(card["task"]), card)
+
+    def split(self, name: str) -> list[Example]:
+        return read_jsonl(self.root / f"{name}.jsonl")
+
+    def sha256(self, name: str) -> str:
+        return self.card["splits"][name]["sha256"]
+
+
+# --- the prepare verb --------------------------------------------------------------------
+
+from .config import check  # noqa: E402  (kept next to the config it validates)
+from .io import atomic_dir, atomic_write_json  # noqa: E402
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    task: str = "sst2"
+    source: str = "../shared/data/sst2"  # GLUE-format directory, or hub:glue/sst2
+    revision: str | None = None  # Hub dataset revision (commit or tag) to pin
+    max_train_rows: int | None = None  # None: all rows; else a seeded random subset
+    max_dev_rows: int | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        check(self.task in TASKS, f"unknown task '{self.task}': choose one of {', '.join(TASKS)}")
+        check(bool(self.source.strip()), "source must be a directory or hub:<dataset id>")
+        for k in ("max_train_rows", "max_dev_rows"):
+            v = getattr(self, k)
+            check(v is None or v >= 1, f"{k} must be >= 1 or null, got {v}")
+        check(self.revision is None or self.source.startswith("hub:"),
+              "revision pins a Hub dataset; it has no meaning for a local source")
+
+
+def prepare(cfg: PrepareConfig, out_dir: str | Path) -> dict:
+    """Validate the source splits and write train.jsonl, dev.jsonl and card.json."""
+    task = get_task(cfg.task)
+    limits = {"train": cfg.max_train_rows, "dev": cfg.max_dev_rows}
+    splits = {}
+    for name in SPLITS:
+        examples = list(read_split(cfg.source, name, task, cfg.revision))
+        if not examples:
+            raise DataError(f"{cfg.source}: split '{name}' has no rows")
+        splits[name] = subsample(examples, limits[name], cfg.seed)
+    with atomic_dir(out_dir) as tmp:
+        files = {}
+        for name, examples in splits.items():
+            files[name] = tmp / f"{name}.jsonl"
+            write_jsonl(files[name], examples)
+        card = data_card(task, cfg.source, splits, files)
+        card["subsample"] = {"max_train_rows": cfg.max_train_rows, "max_dev_rows": cfg.max_dev_rows,
+                             "seed": cfg.seed}
+        atomic_write_json(tmp / "card.json", card)
+    return card

@@ -1,0 +1,222 @@
+"""The measurement harness: accuracy, latency and memory of one artifact on one target.
+
+`measure(artifact, prepared, cfg)` returns one report record per target. Each target is
+measured in a fresh child process, so the peak resident memory it reports is that of
+loading and running this artifact (not of the training that preceded it in the stage),
+and one measurement cannot warm caches or leak threads into the next.
+
+Latency: for every configured (batch, seq) point, real dev sentences are tokenized and
+padded to exactly `seq` tokens, run `warmup_queries` times untimed, then timed one query
+at a time until both `min_queries` and `min_duration_s` are reached (capped by
+`max_duration_s`). Reported: p50/p90/p99/mean in ms per query and throughput in
+sequences/s. Threads are pinned to `threads` and recorded.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import resource
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .config import check
+from .data import Prepared, sha256_file
+from .metrics import classification_metrics
+from .report import LatencyPoint, Record
+from .runners import Artifact
+
+TARGETS = ("cpu", "gpu")
+HEADLINE_LATENCY = (1, 128)  # the point reported as latency_ms_* in the record
+HEADLINE_THROUGHPUT = (32, 128)  # the point reported as throughput_seq_per_s
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    targets: list[str] = field(default_factory=lambda: ["cpu", "gpu"])
+    points: list[list[int]] = field(default_factory=lambda: [[1, 128], [32, 128]])
+    eval_max_length: int = 128
+    eval_batch_size: int = 64
+    eval_max_rows: int | None = None  # None: the whole dev split
+    warmup_queries: int = 5
+    min_queries: int = 30
+    min_duration_s: float = 3.0
+    max_duration_s: float = 60.0
+    threads: int = 2
+    isolate: bool = True  # measure in a child process (honest peak memory)
+
+    def __post_init__(self):
+        check(len(self.targets) > 0, "targets must name at least one of " + ", ".join(TARGETS))
+        for t in self.targets:
+            check(t in TARGETS, f"unknown target '{t}': choose from {', '.join(TARGETS)}")
+        check(len(set(self.targets)) == len(self.targets), f"targets repeat: {self.targets}")
+        for p in self.points:
+            check(len(p) == 2 and p[0] >= 1 and p[1] >= 2,
+                  f"each point is [batch >= 1, seq >= 2], got {p}")
+        check(self.eval_max_length >= 8, f"eval_max_length must be >= 8, got {self.eval_max_length}")
+        check(self.eval_batch_size >= 1, f"eval_batch_size must be >= 1, got {self.eval_batch_size}")
+        check(self.eval_max_rows is None or self.eval_max_rows >= 1, "eval_max_rows must be >= 1 or null")
+        check(self.warmup_queries >= 0, f"warmup_queries must be >= 0, got {self.warmup_queries}")
+        check(self.min_queries >= 1, f"min_queries must be >= 1, got {self.min_queries}")
+        check(self.min_duration_s >= 0, f"min_duration_s must be >= 0, got {self.min_duration_s}")
+        check(self.max_duration_s >= self.min_duration_s,
+              f"max_duration_s ({self.max_duration_s}) must be >= min_duration_s ({self.min_duration_s})")
+        check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+
+
+def gpu_skip_reason() -> str | None:
+    """None when a CUDA device can be used, else why the gpu target is skipped."""
+    import torch
+
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build (no CUDA)"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible"
+    return None
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def time_queries(run, batch, warmup: int, min_queries: int, min_s: float, max_s: float,
+                 sync=lambda: None, progress=None) -> np.ndarray:
+    """Per-query seconds after `warmup` untimed calls; runs until min count and min time."""
+    for _ in range(warmup):
+        run(batch)
+    sync()
+    times = []
+    start = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        run(batch)
+        sync()
+        times.append(time.perf_counter() - t)
+        if progress:
+            progress.update(1)
+        elapsed = time.perf_counter() - start
+        if (len(times) >= min_queries and elapsed >= min_s) or elapsed >= max_s:
+            break
+    return np.asarray(times)
+
+
+def latency_point(times: np.ndarray, batch: int, seq: int) -> LatencyPoint:
+    ms = times * 1000.0
+    return LatencyPoint(
+        batch_size=batch, seq_len=seq, status="ok", reason=None,
+        latency_ms_p50=round(float(np.percentile(ms, 50)), 4),
+        latency_ms_p90=round(float(np.percentile(ms, 90)), 4),
+        latency_ms_p99=round(float(np.percentile(ms, 99)), 4),
+        latency_ms_mean=round(float(ms.mean()), 4),
+        throughput_seq_per_s=round(batch * len(times) / float(times.sum()), 2),
+        queries=len(times), duration_s=round(float(times.sum()), 3),
+    )
+
+
+def _is_oom(e: BaseException) -> bool:
+    return "out of memory" in str(e).lower()
+
+
+def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig) -> dict:
+    """Measure one target in this process; returns a Record as a dict."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .runners import load_runner
+    from .tokens import collate, encode, eval_batches
+
+    os.environ.setdefault("OMP_NUM_THREADS", str(cfg.threads))
+    torch.set_num_threads(cfg.threads)
+    prepared = Prepared.open(prepared_root)
+    dev = prepared.split("dev")
+    if cfg.eval_max_rows:
+        dev = dev[: cfg.eval_max_rows]
+    base_mb = _rss_mb()
+    runner = load_runner(artifact, target, cfg.threads)
+    if target == "gpu":
+        torch.cuda.reset_peak_memory_stats()
+
+    # Accuracy: the whole dev split through the runner, same tokenizer as latency below.
+    enc = encode(runner.tokenizer, dev, cfg.eval_max_length)
+    logits = np.zeros((len(enc), runner.num_labels), dtype=np.float32)
+    batches = eval_batches(enc.lengths(), cfg.eval_batch_size)
+    for idx in tqdm(batches, desc=f"{artifact.name}/{target} accuracy", unit="batch", leave=False):
+        logits[idx] = runner(collate(enc, idx))
+    metrics = classification_metrics(logits, enc.labels, prepared.task.metrics)
+
+    # Latency: real sentences, truncated/padded to exactly seq tokens.
+    points = []
+    total = len(cfg.points) * cfg.min_queries
+    with tqdm(total=total, desc=f"{artifact.name}/{target} latency", unit="query", leave=False) as bar:
+        for batch_size, seq in cfg.points:
+            enc_seq = encode(runner.tokenizer, dev, seq)
+            idx = [i % len(enc_seq) for i in range(batch_size)]
+            batch = collate(enc_seq, idx, pad_to=seq)
+            try:
+                times = time_queries(runner, batch, cfg.warmup_queries, cfg.min_queries,
+                                     cfg.min_duration_s, cfg.max_duration_s, runner.synchronize, bar)
+                points.append(latency_point(times, batch_size, seq))
+            except RuntimeError as e:
+                if target != "gpu" or not _is_oom(e):
+                    raise
+                torch.cuda.empty_cache()
+                points.append(LatencyPoint(batch_size=batch_size, seq_len=seq, status="does_not_fit",
+                                           reason=f"CUDA out of memory: {str(e).splitlines()[0]}"))
+
+    weights = artifact.weight_files()
+    rec = Record(
+        artifact=artifact.name, target=target, status="ok", reason=None,
+        backend=runner.backend, format=artifact.format, precision=artifact.precision,
+        task=prepared.task.name, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"),
+        eval_rows=len(enc),
+        size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
+        num_params=int(runner.num_params),
+        peak_mem_mb=round(_rss_mb(), 1), baseline_mem_mb=round(base_mb, 1),
+        peak_gpu_mem_mb=(round(torch.cuda.max_memory_allocated() / 2**20, 1) if target == "gpu" else None),
+        threads=cfg.threads,
+        artifact_sha256=sha256_file(weights[0]),
+        data_sha256=prepared.sha256("dev"),
+        points=points,
+    )
+    return rec.with_headline(HEADLINE_LATENCY, HEADLINE_THROUGHPUT).to_dict()
+
+
+def _child(args, queue) -> None:
+    try:
+        queue.put(("ok", _measure_in_process(*args)))
+    except BaseException as e:  # send the failure to the parent, which raises it
+        queue.put(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+
+
+def _measure_isolated(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig) -> dict:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=((artifact, prepared_root, target, cfg), queue))
+    proc.start()
+    try:
+        status, payload = queue.get()
+    finally:
+        proc.join()
+    if status != "ok":
+        raise RuntimeError(f"measuring {artifact.name} on {target} failed in the child process:\n{payload}")
+    return payload
+
+
+def measure(artifact: Artifact, prepared_root: str | Path, cfg: MeasureConfig) -> list[dict]:
+    """One record per target in cfg.targets; a target that cannot run here is `skipped`
+    with the reason, never an error."""
+    prepared_root = Path(prepared_root)
+    records = []
+    for target in cfg.targets:
+        if target == "gpu":
+            reason = gpu_skip_reason()
+            if reason:
+                records.append(Record.skipped(artifact.name, target, reason, artifact.format,
+                                              artifact.precision).to_dict())
+                continue
+        fn = _measure_isolated if cfg.isolate else _measure_in_process
+        records.append(fn(artifact, prepared_root, target, cfg))
+    return records

@@ -1,0 +1,258 @@
+"""The one report schema, and its one Markdown rendering.
+
+A stage report (``reports/<stage>.json``) is::
+
+    {"schema_version": 1, "stage": str,
+     "summary": {artifact: {target: {headline numbers}}},
+     "records": [Record...], "environment": {...},
+     "details": {...stage specific: training summary, data card...}}
+
+``summary`` repeats the headline numbers of ``records`` keyed by artifact and target,
+because `dvc metrics show/diff` skip lists; ``records`` is what programs should read.
+
+A Record is one artifact on one target. Units are in the field names (``_ms``, ``_mb``
+(MiB, 2**20 bytes), ``_seq_per_s``, ``_s``). ``status`` is ``ok``, ``skipped`` (with
+``reason``) or ``failed``. ``latency_ms_*`` are at batch 1, seq 128 and
+``throughput_seq_per_s`` at batch 32, seq 128; every measured point is in ``points``.
+``reports/comparison.json`` holds the records of all stages in the same shape.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+from .io import atomic_write_json, atomic_write_text
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "skipped", "failed")
+
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    batch_size: int
+    seq_len: int
+    status: str = "ok"  # ok | does_not_fit
+    reason: str | None = None
+    latency_ms_p50: float | None = None
+    latency_ms_p90: float | None = None
+    latency_ms_p99: float | None = None
+    latency_ms_mean: float | None = None
+    throughput_seq_per_s: float | None = None
+    queries: int | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    artifact: str
+    target: str
+    status: str
+    reason: str | None = None
+    stage: str | None = None  # the stage that built and measured the artifact
+    backend: str | None = None
+    format: str | None = None
+    precision: str | None = None
+    task: str | None = None
+    accuracy: float | None = None
+    f1: float | None = None
+    eval_rows: int | None = None
+    latency_ms_p50: float | None = None
+    latency_ms_p90: float | None = None
+    latency_ms_p99: float | None = None
+    throughput_seq_per_s: float | None = None
+    size_mb: float | None = None
+    num_params: int | None = None
+    peak_mem_mb: float | None = None
+    baseline_mem_mb: float | None = None
+    peak_gpu_mem_mb: float | None = None
+    threads: int | None = None
+    artifact_sha256: str | None = None
+    data_sha256: str | None = None
+    points: list[LatencyPoint] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"record status must be one of {STATUSES}, got {self.status!r}")
+        if self.status != "ok" and not self.reason:
+            raise ValueError(f"a '{self.status}' record needs a reason ({self.artifact}/{self.target})")
+
+    @classmethod
+    def skipped(cls, artifact: str, target: str, reason: str, format: str | None = None,
+                precision: str | None = None) -> "Record":
+        return cls(artifact=artifact, target=target, status="skipped", reason=reason,
+                   format=format, precision=precision)
+
+    def with_headline(self, latency_point: tuple[int, int], throughput_point: tuple[int, int]) -> "Record":
+        """Copy the headline figures out of `points` into the flat fields."""
+        by_shape = {(p.batch_size, p.seq_len): p for p in self.points if p.status == "ok"}
+        lat, thr = by_shape.get(tuple(latency_point)), by_shape.get(tuple(throughput_point))
+        return replace(
+            self,
+            latency_ms_p50=lat.latency_ms_p50 if lat else None,
+            latency_ms_p90=lat.latency_ms_p90 if lat else None,
+            latency_ms_p99=lat.latency_ms_p99 if lat else None,
+            throughput_seq_per_s=thr.throughput_seq_per_s if thr else None,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"record has unknown fields {sorted(unknown)}")
+        points = [LatencyPoint(**p) for p in d.get("points", [])]
+        return cls(**{**d, "points": points})
+
+
+SUMMARY_FIELDS = ("status", "accuracy", "f1", "latency_ms_p50", "latency_ms_p99", "throughput_seq_per_s",
+                  "size_mb", "num_params", "peak_mem_mb", "peak_gpu_mem_mb")
+
+
+def summarize(records: list[dict]) -> dict:
+    """{artifact: {target: {field: value}}} of the headline fields that are set."""
+    out: dict = {}
+    for r in records:
+        out.setdefault(r["artifact"], {})[r["target"]] = {
+            k: r[k] for k in SUMMARY_FIELDS if r.get(k) is not None}
+    return out
+
+
+def make_report(stage: str, records: list[dict], environment: dict, details: dict | None = None) -> dict:
+    records = [Record.from_dict({**r, "stage": stage}).to_dict() for r in records]  # validates
+    return {"schema_version": SCHEMA_VERSION, "stage": stage, "summary": summarize(records),
+            "records": records, "environment": environment, "details": details or {}}
+
+
+def read_report(path: str | Path) -> dict:
+    path = Path(path)
+    report = json.loads(path.read_text(encoding="utf-8"))
+    if report.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version {report.get('schema_version')} is not {SCHEMA_VERSION}")
+    for r in report["records"]:
+        Record.from_dict(r)
+    return report
+
+
+def write_report(report: dict, reports_dir: str | Path = "reports") -> Path:
+    """Write reports/<stage>.json and its Markdown rendering reports/<stage>.md."""
+    reports_dir = Path(reports_dir)
+    path = reports_dir / f"{report['stage']}.json"
+    atomic_write_json(path, report)
+    atomic_write_text(path.with_suffix(".md"), render_markdown(report))
+    return path
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+def _fmt(v, digits=2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def _pct(v) -> str:
+    return "–" if v is None else f"{100 * v:.2f}%"
+
+
+def records_table(records: list[dict]) -> str:
+    head = ("| artifact | target | status | format | precision | accuracy | F1 | p50 ms (1×128) "
+            "| p99 ms (1×128) | throughput seq/s (32×128) | size MiB | params | peak RSS MiB "
+            "| peak GPU MiB |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in records:
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
+        lines.append("| " + " | ".join([
+            r["artifact"], r["target"], status, _fmt(r.get("format")), _fmt(r.get("precision")),
+            _pct(r.get("accuracy")), _pct(r.get("f1")) if r.get("f1") is not None else "–",
+            _fmt(r.get("latency_ms_p50")), _fmt(r.get("latency_ms_p99")),
+            _fmt(r.get("throughput_seq_per_s"), 1), _fmt(r.get("size_mb"), 1),
+            _fmt(r.get("num_params")), _fmt(r.get("peak_mem_mb"), 0), _fmt(r.get("peak_gpu_mem_mb"), 0),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def points_table(records: list[dict]) -> str:
+    lines = ["| artifact | target | batch | seq | p50 ms | p90 ms | p99 ms | seq/s | queries |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        for p in r.get("points", []):
+            if p["status"] != "ok":
+                lines.append(f"| {r['artifact']} | {r['target']} | {p['batch_size']} | {p['seq_len']} "
+                             f"| {p['status']}: {p['reason']} | | | | |")
+                continue
+            lines.append(
+                f"| {r['artifact']} | {r['target']} | {p['batch_size']} | {p['seq_len']} "
+                f"| {_fmt(p['latency_ms_p50'])} | {_fmt(p['latency_ms_p90'])} | {_fmt(p['latency_ms_p99'])} "
+                f"| {_fmt(p['throughput_seq_per_s'], 1)} | {p['queries']} |")
+    return "\n".join(lines)
+
+
+def environment_lines(env: dict) -> str:
+    flags = ", ".join(k for k, v in env.get("cpu_flags", {}).items() if v) or "none of interest"
+    libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items() if v)
+    gpu = env.get("gpu_name") or "none (CUDA not available)"
+    return "\n".join([
+        f"- CPU: {env.get('cpu_model')} ({env.get('cpu_count')} logical CPUs); ISA: {flags}",
+        f"- GPU: {gpu}",
+        f"- Threads: {env.get('threads')}",
+        f"- OS: {env.get('os')}",
+        f"- Libraries: {libs}",
+    ])
+
+
+def _details_lines(details: dict, prefix: str = "") -> list[str]:
+    lines = []
+    for k, v in details.items():
+        if isinstance(v, dict):
+            lines.append(f"{prefix}- {k}:")
+            lines += _details_lines(v, prefix + "  ")
+        else:
+            lines.append(f"{prefix}- {k}: {_fmt(v, 4) if isinstance(v, float) else v}")
+    return lines
+
+
+def render_markdown(report: dict) -> str:
+    parts = [f"# Report: {report['stage']}", "",
+             "Generated by `compress` from the JSON beside this file; do not edit by hand.", ""]
+    if report["records"]:
+        parts += ["## Results", "", records_table(report["records"]), ""]
+    if any(r.get("points") for r in report["records"]):
+        parts += ["## Latency points", "", points_table(report["records"]), ""]
+    if report.get("details"):
+        parts += ["## Details", "", *_details_lines(report["details"]), ""]
+    parts += ["## Environment", "", environment_lines(report.get("environment", {})), ""]
+    return "\n".join(parts)
+
+
+# --- comparison --------------------------------------------------------------------------
+
+def build_comparison(reports: list[dict]) -> dict:
+    """All records of all stage reports, one per artifact and target (later stages win)."""
+    by_key: dict[tuple[str, str], dict] = {}
+    stages = []
+    env = {}
+    for rep in reports:
+        stages.append(rep["stage"])
+        env = rep.get("environment") or env
+        for r in rep["records"]:
+            by_key[(r["artifact"], r["target"])] = Record.from_dict(r).to_dict()
+    records = list(by_key.values())
+    return {"schema_version": SCHEMA_VERSION, "stage": "comparison", "stages": stages,
+            "summary": summarize(records), "records": records, "environment": env}
+
+
+def render_comparison_markdown(comparison: dict) -> str:
+    records = comparison["records"]
+    return "\n".join([
+        "# Comparison of all artifacts", "",
+        f"Stages: {', '.join(comparison['stages'])}. Generated from `reports/comparison.json`.", "",
+        records_table(records), "", "## Environment", "",
+        environment_lines(comparison.get("environment", {})), ""])

@@ -1,0 +1,157 @@
+"""Fine-tune a BERT classifier on a prepared task (used by the teacher stage).
+
+AdamW with linear warm-up and decay, gradient clipping, length-grouped batches, optional
+bf16 autocast (AMX/AVX512-BF16 CPUs train ~1.4x faster; master weights stay fp32), a seed
+that makes runs repeatable on one machine, a progress bar, and training curves written as
+CSV for `dvc plots`.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import get_linear_schedule_with_warmup
+
+from .config import check
+from .metrics import classification_metrics
+from .tokens import Encoded, collate, eval_batches, length_grouped_batches
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    epochs: float = 2.0
+    batch_size: int = 32
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.06
+    max_grad_norm: float = 1.0
+    bf16_autocast: bool = True
+    eval_every_steps: int = 500  # 0: evaluate only at the end
+    seed: int = 42
+    threads: int = 2
+
+    def __post_init__(self):
+        check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        check(0 < self.lr < 1, f"lr must be in (0, 1), got {self.lr}")
+        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+        check(self.eval_every_steps >= 0, f"eval_every_steps must be >= 0, got {self.eval_every_steps}")
+        check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def to_torch(batch: dict[str, np.ndarray], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def predict_logits(model, enc: Encoded, batch_size: int = 64) -> np.ndarray:
+    """Logits (rows, labels) in row order, fp32, batches sorted by length."""
+    was_training = model.training
+    model.eval()
+    out = np.zeros((len(enc), model.config.num_labels), dtype=np.float32)
+    for idx in eval_batches(enc.lengths(), batch_size):
+        out[idx] = model(**to_torch(collate(enc, idx))).logits.float().numpy()
+    model.train(was_training)
+    return out
+
+
+TRAIN_CURVE_FIELDS = ["step", "epoch", "loss", "lr"]
+
+
+class CurveLog:
+    """Append rows to a CSV file that `dvc plots` reads."""
+
+    def __init__(self, path: Path, fields: list[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "w", newline="", encoding="utf-8")
+        self._w = csv.DictWriter(self._f, fieldnames=fields)
+        self._w.writeheader()
+
+    def log(self, **row) -> None:
+        self._w.writerow(row)
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metrics: tuple[str, ...],
+             curves_dir: Path, desc: str = "fine-tune") -> dict:
+    """Fine-tune `model` in place; return a summary (steps, wall time, final dev metrics)."""
+    torch.set_num_threads(cfg.threads)
+    seed_everything(cfg.seed)
+    rng = random.Random(cfg.seed)
+    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+    total = max(1, int(round(steps_per_epoch * cfg.epochs)))
+    no_decay = ("bias", "LayerNorm.weight")
+    groups = [
+        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
+         "weight_decay": cfg.weight_decay},
+        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
+    sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup_ratio * total), total)
+    train_log = CurveLog(curves_dir / "train.csv", TRAIN_CURVE_FIELDS)
+    eval_log = CurveLog(curves_dir / "eval.csv", ["step", "epoch", *task_metrics])
+    lengths = train.lengths()
+    model.train()
+    step, t0, seen, running = 0, time.perf_counter(), 0, []
+    last_eval = {}
+    bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0)
+
+    def evaluate():
+        logits = predict_logits(model, dev)
+        m = classification_metrics(logits, dev.labels, task_metrics)
+        eval_log.log(step=step, epoch=round(step / steps_per_epoch, 4), **m)
+        return m
+
+    while step < total:
+        for idx in length_grouped_batches(lengths, cfg.batch_size, rng):
+            if step >= total:
+                break
+            batch = to_torch(collate(train, idx))
+            labels = torch.from_numpy(train.labels[idx])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
+                logits = model(**batch).logits
+            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            seen += len(idx)
+            running.append(loss.item())
+            if step % 50 == 0 or step == total:
+                train_log.log(step=step, epoch=round(step / steps_per_epoch, 4),
+                              loss=round(float(np.mean(running)), 6), lr=sched.get_last_lr()[0])
+                running = []
+            if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and step < total:
+                last_eval = evaluate()
+            bar.set_postfix(loss=f"{loss.item():.4f}", **{k: f"{v:.4f}" for k, v in last_eval.items()})
+            bar.update(1)
+    bar.close()
+    last_eval = evaluate()
+    train_log.close()
+    eval_log.close()
+    wall = time.perf_counter() - t0
+    model.eval()
+    return {"steps": step, "epochs": round(step / steps_per_epoch, 4), "train_rows": len(train),
+            "sequences_seen": seen, "train_wall_s": round(wall, 1),
+            "train_seq_per_s": round(seen / wall, 1), "final_dev": last_eval}

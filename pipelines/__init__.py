@@ -1,0 +1,1 @@
+"""Thin DVC stage entry points: parse params.yaml, call the library, write outputs."""

@@ -1,0 +1,31 @@
+"""Stage `teacher`: fine-tune the teacher, save it, measure it on every target."""
+import time
+
+from compress.config import section
+from compress.data import Prepared
+from compress.env import environment
+from compress.measure import MeasureConfig, measure
+from compress.report import make_report, write_report
+from compress.runners import Artifact
+from compress.teacher import TeacherConfig, build_teacher
+
+from .common import MODELS, PLOTS, PREPARED, REPORTS, run
+
+
+def main(params: dict) -> None:
+    t0 = time.perf_counter()
+    cfg = section(params, "teacher", TeacherConfig)
+    mcfg = section(params, "measure", MeasureConfig)
+    prepared = Prepared.open(PREPARED)
+    summary = build_teacher(cfg, prepared, MODELS / "teacher", PLOTS / "teacher", mcfg.eval_max_length)
+    records = measure(Artifact("teacher", MODELS / "teacher"), PREPARED, mcfg)
+    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
+    report = make_report("teacher", records, environment(mcfg.threads), summary)
+    write_report(report, REPORTS)
+    for r in records:
+        print(f"teacher/{r['target']}: {r['status']} accuracy={r['accuracy']} "
+              f"p50={r['latency_ms_p50']} ms {r['reason'] or ''}")
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny BERT models built in code, GLUE files written on the fly, and the
+real GLUE data beside the checkout where realism matters."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("COMPRESS_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def write_tsv(path: Path, header: list[str], rows: list[list[str]], bom: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "\n".join("\t".join(r) for r in [header, *rows]) + "\n"
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + text.encode("utf-8"))
+    return path
+
+
+SST2_ROWS = [
+    ["a gorgeous , witty , seductive movie .", "1"],
+    ["the movie is a disaster from start to finish .", "0"],
+    ["an utterly charming and hilarious film", "1"],
+    ["dull , lifeless and poorly acted", "0"],
+    ["one of the best films of the year", "1"],
+    ["i hated every minute of it", "0"],
+    ["a warm , funny and moving story", "1"],
+    ["boring and far too long", "0"],
+]
+
+
+@pytest.fixture
+def sst2_dir(tmp_path) -> Path:
+    d = tmp_path / "sst2"
+    write_tsv(d / "train.tsv", ["sentence", "label"], SST2_ROWS * 4)
+    write_tsv(d / "dev.tsv", ["sentence", "label"], SST2_ROWS)
+    return d
+
+
+@pytest.fixture
+def mrpc_dir(tmp_path) -> Path:
+    d = tmp_path / "mrpc"
+    header = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
+    rows = [[str(i % 2), str(i), str(i + 100), f"he said \" the {w} \" was fine .", f"the {w} was fine , he said"]
+            for i, w in enumerate(["cat", "dog", "car", "plan", "deal", "test", "song", "game"])]
+    write_tsv(d / "train.tsv", header, rows * 2, bom=True)
+    write_tsv(d / "dev.tsv", header, rows, bom=True)
+    return d
+
+
+def tiny_model(num_labels: int = 2, seed: int = 0):
+    """A 2-layer, 64-wide BERT with the real bert-base-uncased vocabulary, random weights."""
+    from compress.models import load_classifier
+
+    model, tokenizer, _ = load_classifier("random:tiny", num_labels, seed=seed)
+    return model, tokenizer
+
+
+@pytest.fixture
+def tiny_model_dir(tmp_path) -> Path:
+    from compress.models import save_classifier
+
+    model, tokenizer = tiny_model()
+    out = tmp_path / "tiny"
+    save_classifier(model, tokenizer, out, ["negative", "positive"])
+    return out
+
+
+@pytest.fixture
+def prepared_sst2(tmp_path, sst2_dir) -> Path:
+    from compress.data import PrepareConfig, prepare
+
+    out = tmp_path / "prepared"
+    prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out)
+    return out
