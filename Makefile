@@ -18,6 +18,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 
 repro: setup
 	dvc repro
+	compress report reports/comparison.json --readme README.md
 
 test: setup
 	python -m pytest

@@ -54,12 +54,17 @@ def cmd_measure(args) -> None:
 
 def cmd_report(args) -> None:
     from .io import atomic_write_text
-    from .report import read_report, render_markdown
+    from .report import read_report, render_comparison_markdown, render_markdown, update_readme
 
     for p in args.reports:
+        report = read_report(p)
         out = Path(p).with_suffix(".md")
-        atomic_write_text(out, render_markdown(read_report(p)))
+        render = render_comparison_markdown if report["stage"] == "comparison" else render_markdown
+        atomic_write_text(out, render(report))
         print(f"wrote {out}")
+        if args.readme and report["stage"] == "comparison":
+            changed = update_readme(args.readme, report)
+            print(f"{'updated' if changed else 'unchanged'}: results table in {args.readme}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("report", help="re-render Markdown reports from their JSON")
     s.add_argument("reports", nargs="+", help="report JSON files, e.g. reports/teacher.json")
+    s.add_argument("--readme", help="also refresh the results table in this README from comparison.json")
     s.set_defaults(func=cmd_report)
     return p
 

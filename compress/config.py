@@ -30,6 +30,13 @@ def _type_ok(value: Any, hint: Any) -> bool:
         return any(_type_ok(value, h) for h in typing.get_args(hint))
     if hint is type(None):
         return value is None
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False
+        args = typing.get_args(hint)
+        if not args:
+            return True
+        return all(_type_ok(k, args[0]) and _type_ok(v, args[1]) for k, v in value.items())
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             return False

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .config import check
 from .errors import UserError
+from .io import atomic_dir, atomic_write_json
 
 SPLITS = ("train", "dev")
 
@@ -263,10 +265,6 @@ class Prepared:
 
 
 # --- the prepare verb --------------------------------------------------------------------
-
-from .config import check  # noqa: E402  (kept next to the config it validates)
-from .io import atomic_dir, atomic_write_json  # noqa: E402
-
 
 @dataclass(frozen=True)
 class PrepareConfig:

@@ -15,13 +15,23 @@ def _tmp_sibling(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp-{os.getpid()}")
 
 
+def _remove_stale(path: Path) -> None:
+    """Remove temporaries left by a killed earlier run (DVC's repo lock means no other
+    process is writing this output now)."""
+    for stale in [*path.parent.glob(f"{path.name}.tmp-*"), *path.parent.glob(f"{path.name}.old-*")]:
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a fresh temporary directory; on success it replaces `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(path)
     tmp = _tmp_sibling(path)
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
         yield tmp

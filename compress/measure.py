@@ -14,7 +14,6 @@ sequences/s. Threads are pinned to `threads` and recorded.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import resource
 import time
 import traceback
@@ -128,7 +127,6 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     from .runners import load_runner
     from .tokens import collate, encode, eval_batches
 
-    os.environ.setdefault("OMP_NUM_THREADS", str(cfg.threads))
     torch.set_num_threads(cfg.threads)
     prepared = Prepared.open(prepared_root)
     dev = prepared.split("dev")
@@ -176,7 +174,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         num_params=int(runner.num_params),
         peak_mem_mb=round(_rss_mb(), 1), baseline_mem_mb=round(base_mb, 1),
         peak_gpu_mem_mb=(round(torch.cuda.max_memory_allocated() / 2**20, 1) if target == "gpu" else None),
-        threads=cfg.threads,
+        threads=torch.get_num_threads(),
         artifact_sha256=sha256_file(weights[0]),
         data_sha256=prepared.sha256("dev"),
         points=points,

@@ -256,3 +256,57 @@ def render_comparison_markdown(comparison: dict) -> str:
         f"Stages: {', '.join(comparison['stages'])}. Generated from `reports/comparison.json`.", "",
         records_table(records), "", "## Environment", "",
         environment_lines(comparison.get("environment", {})), ""])
+
+
+# --- README results block ----------------------------------------------------------------
+
+README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def results_table(comparison: dict) -> str:
+    """The compact table the README shows: one row per artifact and target."""
+    lines = ["| artifact | target | status | accuracy | p50 ms (1×128) | p99 ms (1×128) "
+             "| throughput seq/s (32×128) | size MiB | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in comparison["records"]:
+        status = r["status"] if r["status"] == "ok" else f"{r['status']} ({r['reason']})"
+        lines.append(f"| {r['artifact']} | {r['target']} | {status} | {_pct(r.get('accuracy'))} "
+                     f"| {_fmt(r.get('latency_ms_p50'))} | {_fmt(r.get('latency_ms_p99'))} "
+                     f"| {_fmt(r.get('throughput_seq_per_s'), 1)} | {_fmt(r.get('size_mb'), 1)} "
+                     f"| {_fmt(r.get('peak_mem_mb'), 0)} |")
+    env = comparison.get("environment", {})
+    lines += ["", f"Measured on {env.get('cpu_model', '?')} with {env.get('threads', '?')} threads, "
+                  f"torch {env.get('libraries', {}).get('torch', '?')}; "
+                  f"GPU: {env.get('gpu_name') or 'none'}."]
+    return "\n".join(lines)
+
+
+def update_readme(readme: str | Path, comparison: dict) -> bool:
+    """Replace the block between the results markers; True when the file changed."""
+    readme = Path(readme)
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        raise ValueError(f"{readme}: no '{README_START}' ... '{README_END}' block to fill")
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    new = f"{head}{README_START}\n{results_table(comparison)}\n{README_END}{tail}"
+    if new != text:
+        atomic_write_text(readme, new)
+    return new != text
+
+
+def speedups(records: list[dict], reference: list[dict]) -> dict:
+    """p50 latency of the reference divided by each record's, per target and (batch, seq)
+    point, for records measured in the same run as the reference (>1: faster)."""
+    ref_points = {(r["target"], p["batch_size"], p["seq_len"]): p for r in reference if r["status"] == "ok"
+                  for p in r["points"] if p["status"] == "ok"}
+    out = {}
+    for r in records:
+        if r["status"] != "ok":
+            continue
+        for p in r["points"]:
+            ref = ref_points.get((r["target"], p["batch_size"], p["seq_len"]))
+            if ref and p["status"] == "ok":
+                key = f"{r['artifact']}.{r['target']}.b{p['batch_size']}_s{p['seq_len']}"
+                out[key] = round(ref["latency_ms_p50"] / p["latency_ms_p50"], 3)
+    return out

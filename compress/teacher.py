@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .config import check
 from .data import Prepared
+from .io import atomic_dir
 from .models import load_classifier, save_classifier
 from .tokens import encode
 from .train import TRAIN_CURVE_FIELDS, CurveLog, FinetuneConfig, finetune, predict_logits, seed_everything
@@ -36,19 +37,21 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
     model, tokenizer, source = load_classifier(cfg.model, task.num_labels, cfg.revision, cfg.train.seed)
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
     summary = {"source": source, "config": asdict(cfg)}
-    if cfg.finetune:
-        train = encode(tokenizer, prepared.split("train"), cfg.max_length)
-        summary["training"] = finetune(model, train, dev, cfg.train, task.metrics, Path(curves_dir),
-                                       desc="teacher")
-    else:
-        final = classification_metrics(predict_logits(model, dev), dev.labels, task.metrics)
-        # The plot files are stage outputs: write them with the one evaluation there is.
-        CurveLog(Path(curves_dir) / "train.csv", TRAIN_CURVE_FIELDS).close()
-        log = CurveLog(Path(curves_dir) / "eval.csv", ["step", "epoch", *task.metrics])
-        log.log(step=0, epoch=0.0, **final)
-        log.close()
-        summary["training"] = {"skipped": "teacher.finetune is false: the checkpoint is used as is",
-                               "final_dev": final}
-    save_classifier(model, tokenizer, out_dir, list(task.label_names))
+    # Curves land in place only when the stage's model does: a killed run leaves neither.
+    with atomic_dir(curves_dir) as curves_tmp:
+        if cfg.finetune:
+            train = encode(tokenizer, prepared.split("train"), cfg.max_length)
+            summary["training"] = finetune(model, train, dev, cfg.train, task.metrics, curves_tmp,
+                                           desc="teacher")
+        else:
+            final = classification_metrics(predict_logits(model, dev), dev.labels, task.metrics)
+            # The plot files are stage outputs: write them with the one evaluation there is.
+            CurveLog(curves_tmp / "train.csv", TRAIN_CURVE_FIELDS).close()
+            log = CurveLog(curves_tmp / "eval.csv", ["step", "epoch", *task.metrics])
+            log.log(step=0, epoch=0.0, **final)
+            log.close()
+            summary["training"] = {"skipped": "teacher.finetune is false: the checkpoint is used as is",
+                                   "final_dev": final}
+        save_classifier(model, tokenizer, out_dir, list(task.label_names))
     summary["stage_build_s"] = round(time.perf_counter() - t0, 1)
     return summary

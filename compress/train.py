@@ -13,6 +13,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -46,6 +47,18 @@ class FinetuneConfig:
         check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
         check(self.eval_every_steps >= 0, f"eval_every_steps must be >= 0, got {self.eval_every_steps}")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+
+
+LossFn = Callable[[torch.nn.Module, dict, list], torch.Tensor]
+
+
+def label_loss(train: Encoded) -> LossFn:
+    """Cross-entropy against the gold labels (plain fine-tuning)."""
+    labels = torch.from_numpy(train.labels)
+
+    def loss(model, batch, idx):
+        return torch.nn.functional.cross_entropy(model(**batch).logits.float(), labels[idx])
+    return loss
 
 
 def seed_everything(seed: int) -> None:
@@ -92,8 +105,14 @@ class CurveLog:
 
 
 def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metrics: tuple[str, ...],
-             curves_dir: Path, desc: str = "fine-tune") -> dict:
-    """Fine-tune `model` in place; return a summary (steps, wall time, final dev metrics)."""
+             curves_dir: Path, desc: str = "fine-tune", loss_fn: LossFn | None = None) -> dict:
+    """Train `model` in place; return a summary (steps, wall time, final dev metrics).
+
+    `loss_fn(model, batch, idx)` computes the loss of a batch (rows `idx` of `train`);
+    the default is cross-entropy on the labels. Distillation passes its own.
+    """
+    if loss_fn is None:
+        loss_fn = label_loss(train)
     torch.set_num_threads(cfg.threads)
     seed_everything(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -126,10 +145,8 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
             if step >= total:
                 break
             batch = to_torch(collate(train, idx))
-            labels = torch.from_numpy(train.labels[idx])
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
-                logits = model(**batch).logits
-            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+                loss = loss_fn(model, batch, idx)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             opt.step()

@@ -8,6 +8,7 @@ from compress.config import load_params
 from compress.errors import UserError
 
 PREPARED = Path("data/prepared")
+CACHE = Path("data/teacher_logits")  # teacher outputs on the transfer set
 MODELS = Path("models")
 REPORTS = Path("reports")
 PLOTS = REPORTS / "plots"

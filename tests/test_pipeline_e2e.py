@@ -21,6 +21,18 @@ TINY_MEASURE = {"points": [[1, 128], [32, 128]], "warmup_queries": 1, "min_queri
                 "min_duration_s": 0.0, "eval_max_rows": 64}
 
 
+def tiny_params(task: str, train_rows: int = 256) -> dict:
+    """Every stage on a slice of the real data, one short epoch each."""
+    return {
+        "prepare": {"task": task, "source": str(SHARED_DATA / task), "max_train_rows": train_rows,
+                    "max_dev_rows": 64},
+        "teacher": {"train": {"epochs": 1.0, "eval_every_steps": 4}},
+        "distill": {"train": {"epochs": 1.0, "eval_every_steps": 4}},
+        "prune": {"importance_rows": 64, "recovery": {"epochs": 1.0, "eval_every_steps": 4}},
+        "measure": TINY_MEASURE,
+    }
+
+
 def _copy_repo(dst: Path, params_update: dict) -> Path:
     for name in ("compress", "pipelines"):
         shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -54,12 +66,8 @@ def _dvc(cwd: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProce
     return proc
 
 
-def test_backbone_repro_offline(tmp_path):
-    repo = _copy_repo(tmp_path / "repo", {
-        "prepare": {"source": str(SHARED_DATA / "sst2"), "max_train_rows": 256, "max_dev_rows": 64},
-        "teacher": {"train": {"epochs": 1.0, "eval_every_steps": 4}},
-        "measure": TINY_MEASURE,
-    })
+def test_full_pipeline_repro_offline(tmp_path):
+    repo = _copy_repo(tmp_path / "repo", tiny_params("sst2"))
     _dvc(repo, "repro")
 
     teacher = json.loads((repo / "reports/teacher.json").read_text())
@@ -73,8 +81,18 @@ def test_backbone_repro_offline(tmp_path):
     assert (repo / "reports/teacher.md").read_text().startswith("# Report: teacher")
     card = json.loads((repo / "data/prepared/card.json").read_text())
     assert card["splits"]["train"]["rows"] == 256
+    distill = json.loads((repo / "reports/distill.json").read_text())
+    assert {(r["artifact"], r["target"]) for r in distill["records"]} == {
+        (a, t) for a in ("student", "student_control") for t in ("cpu", "gpu")}
+    assert distill["details"]["speedup_vs_teacher"]["student.cpu.b1_s128"] > 0
+    assert distill["details"]["student"]["steps"] == distill["details"]["control"]["steps"] == 8
+    prune = json.loads((repo / "reports/prune.json").read_text())
+    assert prune["details"]["pruned"]["heads_removed"] == 12  # 34% of 3 layers x 12 heads
+    assert sum(prune["details"]["pruned"]["heads_per_layer"]) == 24
+    assert (repo / "reports/plots/prune/head_importance.png").stat().st_size > 1000
     comparison = json.loads((repo / "reports/comparison.json").read_text())
-    assert {(r["artifact"], r["target"]) for r in comparison["records"]} == {("teacher", "cpu"), ("teacher", "gpu")}
+    assert {(r["artifact"], r["target"]) for r in comparison["records"]} == {
+        (a, t) for a in ("teacher", "student", "student_control", "student_pruned") for t in ("cpu", "gpu")}
 
     # Nothing changed: the second run does nothing, fast.
     t = time.perf_counter()
@@ -88,12 +106,25 @@ def test_backbone_repro_offline(tmp_path):
     _dvc(repo, "plots", "show", "-o", str(tmp_path / "plots"))
     assert (tmp_path / "plots" / "index.html").is_file()
 
-    # Changing only the measurement params invalidates the teacher (which measures), never prepare.
+    # Each stage depends on its own params only: pruning params never rerun distillation,
+    # measurement params rerun the measuring stages but never prepare or the logits cache.
     params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["prune"]["head_fraction"] = 0.5
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune"}
     params["measure"]["min_queries"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    status = _dvc(repo, "status", "--json").stdout
-    assert set(json.loads(status)) == {"teacher"}
+    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"teacher", "distill", "prune"}
+
+
+def test_mrpc_sentence_pairs_flow_through_distill_and_prune(tmp_path):
+    repo = _copy_repo(tmp_path / "repo", tiny_params("mrpc", train_rows=128))
+    _dvc(repo, "repro", "prune")
+    for stage, artifact in (("teacher", "teacher"), ("distill", "student"), ("prune", "student_pruned")):
+        report = json.loads((repo / f"reports/{stage}.json").read_text())
+        rec = next(r for r in report["records"] if r["artifact"] == artifact and r["target"] == "cpu")
+        assert rec["task"] == "mrpc" and rec["status"] == "ok"
+        assert 0 <= rec["f1"] <= 1 and 0 <= rec["accuracy"] <= 1  # MRPC reports F1 too
 
 
 def test_bert_base_geometry_flows_through_prepare_and_teacher(tmp_path):

@@ -1,0 +1,43 @@
+"""Stage `distill`: distil the teacher into a shallower student, train the label-only
+control with the same budget, measure both, and the teacher again in the same run."""
+import dataclasses
+import time
+
+from compress.config import section
+from compress.data import Prepared
+from compress.distill import DistillConfig, distill
+from compress.env import environment
+from compress.measure import MeasureConfig, measure
+from compress.report import make_report, speedups, write_report
+from compress.runners import Artifact
+
+from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, run
+
+
+def main(params: dict) -> None:
+    t0 = time.perf_counter()
+    cfg = section(params, "distill", DistillConfig)
+    mcfg = section(params, "measure", MeasureConfig)
+    prepared = Prepared.open(PREPARED)
+    summary = distill(cfg, MODELS / "teacher", CACHE, prepared, MODELS / "student", PLOTS / "distill",
+                      MODELS / "student_control", PLOTS / "distill_control", mcfg.eval_max_length)
+    records = []
+    for name in ("student", "student_control"):
+        records += measure(Artifact(name, MODELS / name), PREPARED, mcfg)
+    # The teacher again, on the CPU, in this run: ratios only compare numbers from one run.
+    reference = measure(Artifact("teacher", MODELS / "teacher"), PREPARED,
+                        dataclasses.replace(mcfg, targets=["cpu"]))
+    summary["same_run_reference"] = reference
+    summary["speedup_vs_teacher"] = speedups(records, reference)
+    teacher_acc = reference[0]["accuracy"]
+    summary["accuracy_retained_vs_teacher"] = {
+        r["artifact"]: round(r["accuracy"] / teacher_acc, 4) for r in records if r["target"] == "cpu"}
+    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
+    write_report(make_report("distill", records, environment(mcfg.threads), summary), REPORTS)
+    for r in records:
+        print(f"{r['artifact']}/{r['target']}: {r['status']} accuracy={r['accuracy']} p50={r['latency_ms_p50']} ms")
+    print("speedup vs teacher:", summary["speedup_vs_teacher"])
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,41 @@
+"""Stage `prune`: remove attention heads (and optionally FFN neurons) from the student,
+recover by distillation, measure it beside the unpruned student in the same run."""
+import dataclasses
+import time
+
+from compress.config import section
+from compress.data import Prepared
+from compress.env import environment
+from compress.measure import MeasureConfig, measure
+from compress.prune import PruneConfig, prune_student
+from compress.report import make_report, speedups, write_report
+from compress.runners import Artifact
+
+from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, run
+
+
+def main(params: dict) -> None:
+    t0 = time.perf_counter()
+    cfg = section(params, "prune", PruneConfig)
+    mcfg = section(params, "measure", MeasureConfig)
+    prepared = Prepared.open(PREPARED)
+    summary = prune_student(cfg, MODELS / "student", CACHE, prepared, MODELS / "student_pruned",
+                            PLOTS / "prune", mcfg.eval_max_length)
+    records = measure(Artifact("student_pruned", MODELS / "student_pruned"), PREPARED, mcfg)
+    reference = measure(Artifact("student", MODELS / "student"), PREPARED,
+                        dataclasses.replace(mcfg, targets=["cpu"]))
+    summary["same_run_reference"] = reference
+    summary["speedup_vs_student"] = speedups(records, reference)
+    cpu = next(r for r in records if r["target"] == "cpu")
+    summary["accuracy_change_vs_student_points"] = round(100 * (cpu["accuracy"] - reference[0]["accuracy"]), 2)
+    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
+    write_report(make_report("prune", records, environment(mcfg.threads), summary), REPORTS)
+    p = summary["pruned"]
+    print(f"pruned {p['heads_removed']}/{p['heads_total']} heads, heads per layer {p['heads_per_layer']}, "
+          f"FFN {p['intermediate_size']}; accuracy {cpu['accuracy']} "
+          f"({summary['accuracy_change_vs_student_points']:+} points vs student)")
+    print("speedup vs student:", summary["speedup_vs_student"])
+
+
+if __name__ == "__main__":
+    run(main)
