@@ -78,7 +78,20 @@ def gpu_skip_reason() -> str | None:
 
 
 def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """Peak resident memory of this process in MiB.
+
+    Linux: VmHWM, the high-water mark of this process image. Not getrusage's ru_maxrss:
+    that survives execve, so a child spawned from a big training process would report
+    the parent's footprint as its own.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # other Unixes: KiB
 
 
 def time_queries(run, batch, warmup: int, min_queries: int, min_s: float, max_s: float,
@@ -94,7 +107,7 @@ def time_queries(run, batch, warmup: int, min_queries: int, min_s: float, max_s:
         run(batch)
         sync()
         times.append(time.perf_counter() - t)
-        if progress:
+        if progress is not None:
             progress.update(1)
         elapsed = time.perf_counter() - start
         if (len(times) >= min_queries and elapsed >= min_s) or elapsed >= max_s:
@@ -147,8 +160,8 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
 
     # Latency: real sentences, truncated/padded to exactly seq tokens.
     points = []
-    total = len(cfg.points) * cfg.min_queries
-    with tqdm(total=total, desc=f"{artifact.name}/{target} latency", unit="query", leave=False) as bar:
+    # No total: each point runs until both min_queries and min_duration_s are reached.
+    with tqdm(desc=f"{artifact.name}/{target} latency", unit="query", leave=False, mininterval=1.0) as bar:
         for batch_size, seq in cfg.points:
             enc_seq = encode(runner.tokenizer, dev, seq)
             idx = [i % len(enc_seq) for i in range(batch_size)]

@@ -90,7 +90,7 @@ def importance_scores(model, enc: Encoded, loss_fn, cfg: PruneConfig, progress=N
             for i, a in acts.items():
                 ffn_imp[i] += (a * a.grad * mask).sum(dim=(0, 1)).abs().detach()
             model.zero_grad(set_to_none=True)
-            if progress:
+            if progress is not None:
                 progress.update(1)
     finally:
         for h in hooks:

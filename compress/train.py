@@ -161,7 +161,8 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
                 running = []
             if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and step < total:
                 last_eval = evaluate()
-            bar.set_postfix(loss=f"{loss.item():.4f}", **{k: f"{v:.4f}" for k, v in last_eval.items()})
+            bar.set_postfix(loss=f"{loss.item():.4f}", **{k: f"{v:.4f}" for k, v in last_eval.items()},
+                            refresh=False)  # the bar redraws every mininterval, not every step
             bar.update(1)
     bar.close()
     last_eval = evaluate()

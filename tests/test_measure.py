@@ -43,6 +43,15 @@ def test_isolated_measurement_matches_in_process_accuracy(tiny_model_dir, prepar
     assert child["peak_mem_mb"] > 100  # a fresh python with torch loaded
 
 
+def test_child_peak_memory_excludes_the_parents(tiny_model_dir, prepared_sst2):
+    """A stage that trained first must not pass its footprint on to the measurement."""
+    ballast = np.ones(160 * 2**20 // 8 * 8, dtype=np.float64)  # 1.25 GiB, resident (written)
+    cfg = MeasureConfig(targets=["cpu"], **{**FAST, "points": [[1, 16]]})
+    (child,) = measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg)
+    assert ballast.sum() > 0
+    assert child["peak_mem_mb"] < 1000, child["peak_mem_mb"]
+
+
 @pytest.mark.skipif(gpu_skip_reason() is None, reason="a CUDA device is present: the skip path does not apply")
 def test_gpu_target_is_skipped_with_reason_without_cuda(tiny_model_dir, prepared_sst2):
     cfg = MeasureConfig(targets=["cpu", "gpu"], isolate=False, **FAST)

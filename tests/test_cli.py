@@ -1,0 +1,45 @@
+"""The `compress` command: help, data validation, measurement and report rendering."""
+import json
+import subprocess
+import sys
+
+from compress.cli import main
+from test_report import ENV, ok_record
+
+
+def test_help_lists_commands():
+    out = subprocess.run([sys.executable, "-m", "compress.cli", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for cmd in ("env", "validate-data", "measure", "report"):
+        assert cmd in out.stdout
+
+
+def test_validate_data_reports_rows_and_errors(sst2_dir, capsys):
+    assert main(["validate-data", str(sst2_dir), "--task", "sst2"]) == 0
+    assert "train: 32 rows OK" in capsys.readouterr().out
+    (sst2_dir / "dev.tsv").write_text("sentence\tlabel\nfine\t3\n", encoding="utf-8")
+    assert main(["validate-data", str(sst2_dir)]) == 2
+    assert "dev.tsv:2: label '3'" in capsys.readouterr().err
+
+
+def test_measure_any_model_directory(tiny_model_dir, prepared_sst2, tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert main(["measure", str(tiny_model_dir), "--data", str(prepared_sst2), "--targets", "cpu",
+                 "--points", "1x16", "--threads", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (rec,) = report["records"]
+    assert rec["artifact"] == "tiny" and rec["threads"] == 1 and rec["points"][0]["seq_len"] == 16
+    assert "| tiny | cpu | ok |" in capsys.readouterr().out
+
+
+def test_report_rerenders_markdown_and_readme(tmp_path, capsys):
+    from compress.report import build_comparison, make_report
+
+    comp = build_comparison([make_report("teacher", [ok_record().to_dict()], ENV)])
+    path = tmp_path / "comparison.json"
+    path.write_text(json.dumps(comp))
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- results:start -->\n<!-- results:end -->\n")
+    assert main(["report", str(path), "--readme", str(readme)]) == 0
+    assert (tmp_path / "comparison.md").read_text().startswith("# Comparison of all artifacts")
+    assert "| teacher | cpu | ok | 90.00% |" in readme.read_text()
