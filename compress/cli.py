@@ -33,19 +33,41 @@ def cmd_validate_data(args) -> None:
         print(f"{split}: {n} rows OK")
 
 
+def artifact_at(path: Path, name: str | None = None):
+    """An Artifact for a directory any stage wrote, its format and precision read from
+    the files in it."""
+    from .runners import Artifact
+
+    if not path.is_dir():
+        raise SystemExit(f"error: {path}: no such artifact directory")
+    if (path / "model.engine").is_file():
+        meta = json.loads((path / "engine.json").read_text(encoding="utf-8"))
+        return Artifact(name or path.name, path, "tensorrt", meta.get("precision", "fp16"))
+    if (path / "quantization.json").is_file():
+        return Artifact(name or path.name, path, "pytorch_int8", "int8")
+    if (path / "inc_int8.json").is_file():
+        return Artifact(name or path.name, path, "pytorch_inc", "int8")
+    if (path / "model.onnx").is_file():
+        from .onnx_export import op_counts
+
+        ops = op_counts(path / "model.onnx")
+        int8 = any(op in ops for op in ("MatMulInteger", "QAttention", "DynamicQuantizeMatMul", "QGemm"))
+        return Artifact(name or path.name, path, "onnx", "int8" if int8 else "fp32")
+    return Artifact(name or path.name, path)
+
+
 def cmd_measure(args) -> None:
     from .config import build
     from .env import environment
     from .measure import MeasureConfig, measure
     from .report import make_report, render_markdown
-    from .runners import Artifact
 
     overrides = {"targets": args.targets, "threads": args.threads}
     if args.points:
         overrides["points"] = args.points
     cfg = build(MeasureConfig, overrides, "measure")
     path = Path(args.artifact)
-    records = measure(Artifact(args.name or path.name, path), args.data, cfg)
+    records = measure(artifact_at(path, args.name), args.data, cfg)
     report = make_report("measure", records, environment(cfg.threads))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

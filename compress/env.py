@@ -10,7 +10,7 @@ from importlib import metadata
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime", "onnxruntime-gpu",
-             "optimum", "neural-compressor", "tensorrt", "numpy", "dvc")
+             "optimum", "optimum-onnx", "neural-compressor-pt", "torchao", "tensorrt", "numpy", "dvc")
 
 
 def cpu_info() -> dict:

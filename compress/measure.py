@@ -14,10 +14,11 @@ sequences/s. Threads are pinned to `threads` and recorded.
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue as queue_module
 import resource
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from .config import check
 from .data import Prepared, sha256_file
 from .metrics import classification_metrics
 from .report import LatencyPoint, Record
-from .runners import Artifact
+from .runners import Artifact, cuda_unavailable, skip_reason
 
 TARGETS = ("cpu", "gpu")
 HEADLINE_LATENCY = (1, 128)  # the point reported as latency_ms_* in the record
@@ -46,6 +47,7 @@ class MeasureConfig:
     max_duration_s: float = 60.0
     threads: int = 2
     isolate: bool = True  # measure in a child process (honest peak memory)
+    gpu_fp16: bool = True  # on the gpu target, also run each PyTorch FP32 artifact cast to FP16
 
     def __post_init__(self):
         check(len(self.targets) > 0, "targets must name at least one of " + ", ".join(TARGETS))
@@ -68,13 +70,7 @@ class MeasureConfig:
 
 def gpu_skip_reason() -> str | None:
     """None when a CUDA device can be used, else why the gpu target is skipped."""
-    import torch
-
-    if torch.version.cuda is None:
-        return f"torch {torch.__version__} is a CPU-only build (no CUDA)"
-    if not torch.cuda.is_available():
-        return "no CUDA device visible"
-    return None
+    return cuda_unavailable()
 
 
 def _rss_mb() -> float:
@@ -132,8 +128,9 @@ def _is_oom(e: BaseException) -> bool:
     return "out of memory" in str(e).lower()
 
 
-def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig) -> dict:
-    """Measure one target in this process; returns a Record as a dict."""
+def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig,
+                        parent_predictions: list[int] | None = None) -> tuple[dict, list[int]]:
+    """Measure one target in this process; returns a Record as a dict and the dev predictions."""
     import torch
     from tqdm.auto import tqdm
 
@@ -147,7 +144,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         dev = dev[: cfg.eval_max_rows]
     base_mb = _rss_mb()
     runner = load_runner(artifact, target, cfg.threads)
-    if target == "gpu":
+    if target == "gpu" and torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
     # Accuracy: the whole dev split through the runner, same tokenizer as latency below.
@@ -157,6 +154,12 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     for idx in tqdm(batches, desc=f"{artifact.name}/{target} accuracy", unit="batch", leave=False):
         logits[idx] = runner(collate(enc, idx))
     metrics = classification_metrics(logits, enc.labels, prepared.task.metrics)
+    predictions = logits.argmax(axis=1)
+    agreement = None
+    if parent_predictions is not None:
+        if len(parent_predictions) != len(predictions):
+            raise ValueError(f"parent predictions cover {len(parent_predictions)} rows, this run {len(predictions)}")
+        agreement = round(float((predictions == np.asarray(parent_predictions)).mean()), 6)
 
     # Latency: real sentences, truncated/padded to exactly seq tokens.
     points = []
@@ -173,7 +176,8 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
             except RuntimeError as e:
                 if target != "gpu" or not _is_oom(e):
                     raise
-                torch.cuda.empty_cache()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
                 points.append(LatencyPoint(batch_size=batch_size, seq_len=seq, status="does_not_fit",
                                            reason=f"CUDA out of memory: {str(e).splitlines()[0]}"))
 
@@ -182,17 +186,19 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         artifact=artifact.name, target=target, status="ok", reason=None,
         backend=runner.backend, format=artifact.format, precision=artifact.precision,
         task=prepared.task.name, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"),
-        eval_rows=len(enc),
+        eval_rows=len(enc), parent=artifact.parent, agreement_with_parent=agreement,
         size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
         num_params=int(runner.num_params),
         peak_mem_mb=round(_rss_mb(), 1), baseline_mem_mb=round(base_mb, 1),
-        peak_gpu_mem_mb=(round(torch.cuda.max_memory_allocated() / 2**20, 1) if target == "gpu" else None),
+        # torch's allocator only sees PyTorch's own CUDA memory; other backends report None
+        peak_gpu_mem_mb=(round(torch.cuda.max_memory_allocated() / 2**20, 1)
+                         if target == "gpu" and runner.backend.startswith("pytorch") else None),
         threads=torch.get_num_threads(),
         artifact_sha256=sha256_file(weights[0]),
         data_sha256=prepared.sha256("dev"),
         points=points,
     )
-    return rec.with_headline(HEADLINE_LATENCY, HEADLINE_THROUGHPUT).to_dict()
+    return rec.with_headline(HEADLINE_LATENCY, HEADLINE_THROUGHPUT).to_dict(), predictions.tolist()
 
 
 def _child(args, queue) -> None:
@@ -202,13 +208,22 @@ def _child(args, queue) -> None:
         queue.put(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 
-def _measure_isolated(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig) -> dict:
+def _measure_isolated(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig,
+                      parent_predictions: list[int] | None = None) -> tuple[dict, list[int]]:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=((artifact, prepared_root, target, cfg), queue))
+    proc = ctx.Process(target=_child, args=((artifact, prepared_root, target, cfg, parent_predictions), queue))
     proc.start()
     try:
-        status, payload = queue.get()
+        while True:  # a child that dies without reporting (killed, segfault) must not hang us
+            try:
+                status, payload = queue.get(timeout=1.0)
+                break
+            except queue_module.Empty:
+                if not proc.is_alive():
+                    status, payload = "error", (f"the child process exited with code {proc.exitcode} "
+                                                "before reporting (killed, out of memory, or crashed)")
+                    break
     finally:
         proc.join()
     if status != "ok":
@@ -216,18 +231,80 @@ def _measure_isolated(artifact: Artifact, prepared_root: Path, target: str, cfg:
     return payload
 
 
-def measure(artifact: Artifact, prepared_root: str | Path, cfg: MeasureConfig) -> list[dict]:
-    """One record per target in cfg.targets; a target that cannot run here is `skipped`
-    with the reason, never an error."""
+def measure(artifact: Artifact, prepared_root: str | Path, cfg: MeasureConfig,
+            parent_predictions: list[int] | None = None,
+            predictions_out: dict[str, list[int]] | None = None) -> list[dict]:
+    """One record per target in cfg.targets; a target that cannot run here (no CUDA, no
+    TensorRT, a format with no kernels on that device) is `skipped` with the reason, never
+    an error.
+
+    parent_predictions: the parent artifact's dev predictions (argmax, CPU); each record
+    then carries `agreement_with_parent`. predictions_out: filled with this artifact's dev
+    predictions per measured target, to pass on to the artifacts derived from it.
+    """
     prepared_root = Path(prepared_root)
     records = []
     for target in cfg.targets:
-        if target == "gpu":
-            reason = gpu_skip_reason()
-            if reason:
-                records.append(Record.skipped(artifact.name, target, reason, artifact.format,
-                                              artifact.precision).to_dict())
-                continue
+        reason = skip_reason(artifact, target)
+        if reason:
+            records.append(Record.skipped(artifact.name, target, reason, artifact.format,
+                                          artifact.precision).to_dict())
+            continue
         fn = _measure_isolated if cfg.isolate else _measure_in_process
-        records.append(fn(artifact, prepared_root, target, cfg))
+        record, predictions = fn(artifact, prepared_root, target, cfg, parent_predictions)
+        records.append(record)
+        if predictions_out is not None:
+            predictions_out[target] = predictions
     return records
+
+
+def measure_with_reference(artifacts: list[Artifact], references: list[Artifact], prepared_root: str | Path,
+                           cfg: MeasureConfig) -> tuple[list[dict], dict]:
+    """Measure a stage's artifacts and, in the same run, the artifacts they are compared with.
+
+    Ratios only compare numbers from one run (shared machines drift between runs), so the
+    references (the teacher for the student, the float parent of an INT8 model ...) are
+    measured here again. Each artifact whose `parent` was measured before it in this call
+    (a reference or an earlier artifact) gets `agreement_with_parent`, and its p50 speedup
+    over that parent per target and point lands in details["speedup_vs_parent"]. On the
+    gpu target a PyTorch FP32 artifact is also measured cast to FP16 (`<name>_fp16`) when
+    cfg.gpu_fp16.
+
+    Returns (records of `artifacts`, details) with details["same_run_reference"] holding the
+    references' records, and details[f"speedup_vs_{name}"] for the first reference.
+    """
+    predictions: dict[str, list[int]] = {}  # artifact -> CPU dev predictions
+    by_name: dict[str, list[dict]] = {}
+    ref_records: list[dict] = []
+    for ref in references:
+        out: dict[str, list[int]] = {}
+        by_name[ref.name] = measure(ref, prepared_root, cfg, parent_predictions=predictions.get(ref.parent),
+                                    predictions_out=out)
+        ref_records += by_name[ref.name]
+        if "cpu" in out:
+            predictions[ref.name] = out["cpu"]
+    records: list[dict] = []
+    for art in artifacts:
+        out = {}
+        mine = measure(art, prepared_root, cfg, parent_predictions=predictions.get(art.parent), predictions_out=out)
+        by_name[art.name] = mine
+        if "cpu" in out:
+            predictions[art.name] = out["cpu"]
+        if cfg.gpu_fp16 and "gpu" in cfg.targets and art.format == "pytorch" and art.precision == "fp32":
+            half = Artifact(f"{art.name}_fp16", art.path, "pytorch", "fp16", parent=art.name)
+            mine = mine + measure(half, prepared_root, replace(cfg, targets=["gpu"]),
+                                  parent_predictions=predictions.get(art.name))
+        records += mine
+    from .report import speedups
+
+    details: dict = {}
+    if references:
+        details["same_run_reference"] = ref_records
+        details[f"speedup_vs_{references[0].name}"] = speedups(records, by_name[references[0].name])
+    vs_parent = {}
+    for art in artifacts:
+        if art.parent in by_name:
+            vs_parent.update(speedups([r for r in records if r["artifact"] == art.name], by_name[art.parent]))
+    if vs_parent:
+        details["speedup_vs_parent"] = vs_parent
+    return records, details

@@ -57,6 +57,8 @@ class Record:
     accuracy: float | None = None
     f1: float | None = None
     eval_rows: int | None = None
+    parent: str | None = None  # the artifact this one was derived from
+    agreement_with_parent: float | None = None  # share of dev predictions equal to the parent's (CPU)
     latency_ms_p50: float | None = None
     latency_ms_p90: float | None = None
     latency_ms_p99: float | None = None
@@ -108,7 +110,8 @@ class Record:
         return cls(**{**d, "points": points})
 
 
-SUMMARY_FIELDS = ("status", "accuracy", "f1", "latency_ms_p50", "latency_ms_p99", "throughput_seq_per_s",
+SUMMARY_FIELDS = ("status", "accuracy", "f1", "agreement_with_parent", "latency_ms_p50", "latency_ms_p99",
+                  "throughput_seq_per_s",
                   "size_mb", "num_params", "peak_mem_mb", "peak_gpu_mem_mb")
 
 
@@ -163,7 +166,8 @@ def _pct(v) -> str:
 
 
 def records_table(records: list[dict]) -> str:
-    head = ("| artifact | target | status | format | precision | accuracy | F1 | p50 ms (1×128) "
+    head = ("| artifact | target | status | format | precision | accuracy | F1 | agreement with parent "
+            "| p50 ms (1×128) "
             "| p99 ms (1×128) | throughput seq/s (32×128) | size MiB | params | peak RSS MiB "
             "| peak GPU MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -172,6 +176,8 @@ def records_table(records: list[dict]) -> str:
         lines.append("| " + " | ".join([
             r["artifact"], r["target"], status, _fmt(r.get("format")), _fmt(r.get("precision")),
             _pct(r.get("accuracy")), _pct(r.get("f1")) if r.get("f1") is not None else "–",
+            (f"{_pct(r['agreement_with_parent'])} vs {r['parent']}" if r.get("agreement_with_parent") is not None
+             else "–"),
             _fmt(r.get("latency_ms_p50")), _fmt(r.get("latency_ms_p99")),
             _fmt(r.get("throughput_seq_per_s"), 1), _fmt(r.get("size_mb"), 1),
             _fmt(r.get("num_params")), _fmt(r.get("peak_mem_mb"), 0), _fmt(r.get("peak_gpu_mem_mb"), 0),

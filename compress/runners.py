@@ -3,10 +3,26 @@
 A runner takes a batch of int64 numpy arrays (input_ids, attention_mask, token_type_ids,
 each (batch, seq)) and returns fp32 logits (batch, labels). Accuracy and latency are both
 measured through the runner, so they share loading and pre-processing.
-Later stages add runners (ONNX Runtime, TensorRT) next to these.
+
+The runner interface (every backend module implements it):
+
+    class SomeRunner:
+        backend: str                       # e.g. "onnxruntime-cpu"
+        tokenizer, num_labels, num_params  # set by __init__
+        def __init__(self, artifact: Artifact, target: str, threads: int): ...
+        def __call__(self, batch: dict[str, np.ndarray]) -> np.ndarray: ...
+        def synchronize(self) -> None: ...        # wait for queued device work
+        @staticmethod
+        def unavailable(target: str) -> str | None  # why it cannot run here, else None
+
+`RUNNERS` maps (format, target) to "module:Class"; backend modules are imported only when
+an artifact of theirs is measured, so stages that never touch ONNX or TensorRT do not
+import (or depend on) those packages. A (format, target) pair that cannot exist, such as a
+TensorRT engine on the CPU, maps to the reason instead, and is recorded as `skipped`.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,32 +31,60 @@ import torch
 
 from .models import count_parameters, load_saved
 
+FORMATS = ("pytorch", "pytorch_int8", "pytorch_inc", "onnx", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "int8")
+
 
 @dataclass(frozen=True)
 class Artifact:
     """A built model on disk, as the measurement harness sees it."""
     name: str  # e.g. "teacher"
     path: Path  # directory with config, weights and tokenizer
-    format: str = "pytorch"  # how it is stored and run
-    precision: str = "fp32"
+    format: str = "pytorch"  # how it is stored and run: one of FORMATS
+    precision: str = "fp32"  # one of PRECISIONS; fp16 on a pytorch artifact casts at load (GPU)
+    parent: str | None = None  # the artifact this one was derived from (agreement is vs it)
+
+    def __post_init__(self):
+        if self.format not in FORMATS:
+            raise ValueError(f"artifact {self.name}: unknown format {self.format!r}, choose from {FORMATS}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"artifact {self.name}: unknown precision {self.precision!r}, choose from {PRECISIONS}")
 
     def weight_files(self) -> list[Path]:
-        files = sorted(self.path.glob("*.safetensors")) + sorted(self.path.glob("*.onnx"))
+        files = (sorted(self.path.glob("*.safetensors")) + sorted(self.path.glob("*.onnx"))
+                 + sorted(self.path.glob("*.engine")))
         if not files:
-            raise FileNotFoundError(f"{self.path}: no model weights (*.safetensors or *.onnx)")
+            raise FileNotFoundError(f"{self.path}: no model weights (*.safetensors, *.onnx or *.engine)")
         return files
 
 
+def cuda_unavailable() -> str | None:
+    """None when PyTorch can use a CUDA device, else why not."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build (no CUDA)"
+    if not torch.cuda.is_available():
+        return "no CUDA device visible"
+    return None
+
+
 class TorchRunner:
+    """PyTorch eager, FP32 on either device; FP16 (cast at load) on the GPU only."""
     backend = "pytorch"
 
-    def __init__(self, artifact: Artifact, device: str, threads: int):
+    def __init__(self, artifact: Artifact, target: str, threads: int):
         torch.set_num_threads(threads)
-        self.device = torch.device(device)
+        self.device = torch.device(DEVICES[target])
         model, self.tokenizer = load_saved(artifact.path)
         self.num_params = count_parameters(model)
+        if artifact.precision == "fp16":
+            model = model.half()
         self.model = model.to(self.device).eval()
         self.num_labels = model.config.num_labels
+        self.backend = f"pytorch-{target}"
+
+    @staticmethod
+    def unavailable(target: str) -> str | None:
+        return cuda_unavailable() if target == "gpu" else None
 
     @torch.inference_mode()
     def __call__(self, batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -53,12 +97,46 @@ class TorchRunner:
             torch.cuda.synchronize()
 
 
-RUNNERS = {("pytorch", "cpu"): TorchRunner, ("pytorch", "gpu"): TorchRunner}
+RUNNERS: dict[tuple[str, str], str] = {
+    ("pytorch", "cpu"): "compress.runners:TorchRunner",
+    ("pytorch", "gpu"): "compress.runners:TorchRunner",
+    ("pytorch_int8", "cpu"): "compress.quantize:TorchInt8Runner",
+    ("pytorch_int8", "gpu"): "skip:PyTorch dynamic INT8 kernels (fbgemm/onednn) run on the CPU only",
+    ("pytorch_inc", "cpu"): "compress.inc:IncInt8Runner",
+    ("pytorch_inc", "gpu"): "skip:Neural Compressor's PT2E INT8 graph runs on the CPU only",
+    ("onnx", "cpu"): "compress.onnx_runtime:OrtRunner",
+    ("onnx", "gpu"): "compress.onnx_runtime:OrtRunner",
+    ("tensorrt", "cpu"): "skip:TensorRT engines run on NVIDIA GPUs only",
+    ("tensorrt", "gpu"): "compress.tensorrt_engine:TrtRunner",
+}
 DEVICES = {"cpu": "cpu", "gpu": "cuda"}
 
 
-def load_runner(artifact: Artifact, target: str, threads: int):
+def runner_class(artifact: Artifact, target: str):
+    """The runner class for this artifact on this target, or the reason (str) it cannot run
+    anywhere like this: a skip, not an error."""
     key = (artifact.format, target)
     if key not in RUNNERS:
         raise ValueError(f"no runner for format '{artifact.format}' on target '{target}'")
-    return RUNNERS[key](artifact, DEVICES[target], threads)
+    if artifact.precision == "fp16" and (artifact.format, target) == ("pytorch", "cpu"):
+        return "FP16 PyTorch inference is measured on the GPU only (CPU FP16 kernels are not a deployment path)"
+    spec = RUNNERS[key]
+    if spec.startswith("skip:"):
+        return spec[len("skip:"):]
+    module, cls = spec.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def skip_reason(artifact: Artifact, target: str) -> str | None:
+    """Why this artifact cannot be measured on this target here, or None."""
+    cls = runner_class(artifact, target)
+    if isinstance(cls, str):
+        return cls
+    return cls.unavailable(target)
+
+
+def load_runner(artifact: Artifact, target: str, threads: int):
+    cls = runner_class(artifact, target)
+    if isinstance(cls, str):
+        raise ValueError(f"{artifact.name} cannot run on {target}: {cls}")
+    return cls(artifact, target, threads)

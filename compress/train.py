@@ -119,10 +119,10 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = max(1, int(round(steps_per_epoch * cfg.epochs)))
     no_decay = ("bias", "LayerNorm.weight")
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # frozen ones stay as they are
     groups = [
-        {"params": [p for n, p in model.named_parameters() if not n.endswith(no_decay)],
-         "weight_decay": cfg.weight_decay},
-        {"params": [p for n, p in model.named_parameters() if n.endswith(no_decay)], "weight_decay": 0.0},
+        {"params": [p for n, p in trainable if not n.endswith(no_decay)], "weight_decay": cfg.weight_decay},
+        {"params": [p for n, p in trainable if n.endswith(no_decay)], "weight_decay": 0.0},
     ]
     opt = torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup_ratio * total), total)
@@ -148,7 +148,7 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
                 loss = loss_fn(model, batch, idx)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_([p for _, p in trainable], cfg.max_grad_norm)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)

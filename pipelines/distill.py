@@ -1,14 +1,13 @@
 """Stage `distill`: distil the teacher into a shallower student, train the label-only
 control with the same budget, measure both, and the teacher again in the same run."""
-import dataclasses
 import time
 
 from compress.config import section
 from compress.data import Prepared
 from compress.distill import DistillConfig, distill
 from compress.env import environment
-from compress.measure import MeasureConfig, measure
-from compress.report import make_report, speedups, write_report
+from compress.measure import MeasureConfig, measure_with_reference
+from compress.report import make_report, write_report
 from compress.runners import Artifact
 
 from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, run
@@ -21,15 +20,12 @@ def main(params: dict) -> None:
     prepared = Prepared.open(PREPARED)
     summary = distill(cfg, MODELS / "teacher", CACHE, prepared, MODELS / "student", PLOTS / "distill",
                       MODELS / "student_control", PLOTS / "distill_control", mcfg.eval_max_length)
-    records = []
-    for name in ("student", "student_control"):
-        records += measure(Artifact(name, MODELS / name), PREPARED, mcfg)
-    # The teacher again, on the CPU, in this run: ratios only compare numbers from one run.
-    reference = measure(Artifact("teacher", MODELS / "teacher"), PREPARED,
-                        dataclasses.replace(mcfg, targets=["cpu"]))
-    summary["same_run_reference"] = reference
-    summary["speedup_vs_teacher"] = speedups(records, reference)
-    teacher_acc = reference[0]["accuracy"]
+    # The teacher again, in this run: ratios only compare numbers from one run.
+    records, same_run = measure_with_reference(
+        [Artifact(name, MODELS / name, parent="teacher") for name in ("student", "student_control")],
+        [Artifact("teacher", MODELS / "teacher")], PREPARED, mcfg)
+    summary.update(same_run)
+    teacher_acc = next(r for r in same_run["same_run_reference"] if r["target"] == "cpu")["accuracy"]
     summary["accuracy_retained_vs_teacher"] = {
         r["artifact"]: round(r["accuracy"] / teacher_acc, 4) for r in records if r["target"] == "cpu"}
     summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)

@@ -1,14 +1,13 @@
 """Stage `prune`: remove attention heads (and optionally FFN neurons) from the student,
 recover by distillation, measure it beside the unpruned student in the same run."""
-import dataclasses
 import time
 
 from compress.config import section
 from compress.data import Prepared
 from compress.env import environment
-from compress.measure import MeasureConfig, measure
+from compress.measure import MeasureConfig, measure_with_reference
 from compress.prune import PruneConfig, prune_student
-from compress.report import make_report, speedups, write_report
+from compress.report import make_report, write_report
 from compress.runners import Artifact
 
 from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, run
@@ -21,13 +20,13 @@ def main(params: dict) -> None:
     prepared = Prepared.open(PREPARED)
     summary = prune_student(cfg, MODELS / "student", CACHE, prepared, MODELS / "student_pruned",
                             PLOTS / "prune", mcfg.eval_max_length)
-    records = measure(Artifact("student_pruned", MODELS / "student_pruned"), PREPARED, mcfg)
-    reference = measure(Artifact("student", MODELS / "student"), PREPARED,
-                        dataclasses.replace(mcfg, targets=["cpu"]))
-    summary["same_run_reference"] = reference
-    summary["speedup_vs_student"] = speedups(records, reference)
+    records, same_run = measure_with_reference(
+        [Artifact("student_pruned", MODELS / "student_pruned", parent="student")],
+        [Artifact("student", MODELS / "student")], PREPARED, mcfg)
+    summary.update(same_run)
     cpu = next(r for r in records if r["target"] == "cpu")
-    summary["accuracy_change_vs_student_points"] = round(100 * (cpu["accuracy"] - reference[0]["accuracy"]), 2)
+    ref_cpu = next(r for r in same_run["same_run_reference"] if r["target"] == "cpu")
+    summary["accuracy_change_vs_student_points"] = round(100 * (cpu["accuracy"] - ref_cpu["accuracy"]), 2)
     summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
     write_report(make_report("prune", records, environment(mcfg.threads), summary), REPORTS)
     p = summary["pruned"]

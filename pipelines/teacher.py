@@ -4,7 +4,7 @@ import time
 from compress.config import section
 from compress.data import Prepared
 from compress.env import environment
-from compress.measure import MeasureConfig, measure
+from compress.measure import MeasureConfig, measure_with_reference
 from compress.report import make_report, write_report
 from compress.runners import Artifact
 from compress.teacher import TeacherConfig, build_teacher
@@ -18,7 +18,7 @@ def main(params: dict) -> None:
     mcfg = section(params, "measure", MeasureConfig)
     prepared = Prepared.open(PREPARED)
     summary = build_teacher(cfg, prepared, MODELS / "teacher", PLOTS / "teacher", mcfg.eval_max_length)
-    records = measure(Artifact("teacher", MODELS / "teacher"), PREPARED, mcfg)
+    records, _ = measure_with_reference([Artifact("teacher", MODELS / "teacher")], [], PREPARED, mcfg)
     summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
     report = make_report("teacher", records, environment(mcfg.threads), summary)
     write_report(report, REPORTS)

@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from compress.cli import main
 from test_report import ENV, ok_record
 
@@ -43,3 +45,14 @@ def test_report_rerenders_markdown_and_readme(tmp_path, capsys):
     assert main(["report", str(path), "--readme", str(readme)]) == 0
     assert (tmp_path / "comparison.md").read_text().startswith("# Comparison of all artifacts")
     assert "| teacher | cpu | ok | 90.00% |" in readme.read_text()
+
+
+def test_artifact_format_is_read_from_the_directory(tiny_model_dir, tmp_path):
+    from compress.cli import artifact_at
+    from compress.quantize import QuantizeConfig, quantize_checkpoint
+
+    assert (artifact_at(tiny_model_dir).format, artifact_at(tiny_model_dir).precision) == ("pytorch", "fp32")
+    quantize_checkpoint(tiny_model_dir, tmp_path / "q", QuantizeConfig())
+    assert (artifact_at(tmp_path / "q").format, artifact_at(tmp_path / "q").precision) == ("pytorch_int8", "int8")
+    with pytest.raises(SystemExit, match="no such artifact directory"):
+        artifact_at(tmp_path / "missing")

@@ -4,9 +4,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from compress.measure import MeasureConfig, gpu_skip_reason, latency_point, measure, time_queries
+from compress.measure import (MeasureConfig, gpu_skip_reason, latency_point, measure, measure_with_reference,
+                             time_queries)
 from compress.report import LatencyPoint, Record
-from compress.runners import Artifact
+from compress.runners import Artifact, skip_reason
 
 FAST = dict(points=[[1, 16], [4, 16]], warmup_queries=1, min_queries=3, min_duration_s=0.0)
 
@@ -18,8 +19,9 @@ def test_cpu_record_has_every_field(tiny_model_dir, prepared_sst2):
     unset = {k for k, v in rec.items() if v is None}
     # Left empty: GPU memory, F1 (SST-2 has none), the stage (make_report fills it) and the
     # headline figures, which are defined at (1,128) and (32,128), points not measured here.
+    # No parent given, so no agreement either.
     assert unset == {"reason", "peak_gpu_mem_mb", "f1", "stage", "latency_ms_p50", "latency_ms_p90",
-                     "latency_ms_p99", "throughput_seq_per_s"}
+                     "latency_ms_p99", "throughput_seq_per_s", "parent", "agreement_with_parent"}
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["eval_rows"] == 8
     assert rec["threads"] == 2 and rec["num_params"] > 1_000_000 and rec["size_mb"] > 1
     assert len(rec["artifact_sha256"]) == 64 and len(rec["data_sha256"]) == 64
@@ -85,3 +87,65 @@ def test_latency_point_statistics():
     assert p.latency_ms_p50 == pytest.approx(10.0)
     assert p.latency_ms_p99 > 19.0
     assert p.throughput_seq_per_s == pytest.approx(4 * 100 / times.sum(), rel=1e-3)
+
+
+def test_agreement_and_same_run_speedups(tiny_model_dir, prepared_sst2, tmp_path):
+    """A derived artifact is compared with its parent measured in the same call: agreement
+    of dev predictions, and the p50 ratio per point."""
+    from compress.models import save_classifier
+    from tests.conftest import tiny_model
+
+    other, tok = tiny_model(seed=1)  # different weights: predictions may differ
+    save_classifier(other, tok, tmp_path / "other", ["negative", "positive"])
+    cfg = MeasureConfig(targets=["cpu"], isolate=False, gpu_fp16=False, **FAST)
+    records, details = measure_with_reference(
+        [Artifact("same", tiny_model_dir, parent="ref"), Artifact("other", tmp_path / "other", parent="ref")],
+        [Artifact("ref", tiny_model_dir)], prepared_sst2, cfg)
+    same, other_rec = records
+    assert same["agreement_with_parent"] == 1.0 and same["parent"] == "ref"
+    assert 0.0 <= other_rec["agreement_with_parent"] <= 1.0
+    assert [r["artifact"] for r in details["same_run_reference"]] == ["ref"]
+    assert set(details["speedup_vs_ref"]) == {"same.cpu.b1_s16", "same.cpu.b4_s16",
+                                              "other.cpu.b1_s16", "other.cpu.b4_s16"}
+    assert details["speedup_vs_parent"] == details["speedup_vs_ref"]
+    assert all(v > 0 for v in details["speedup_vs_ref"].values())
+
+
+def test_parent_predictions_must_cover_the_same_rows(tiny_model_dir, prepared_sst2):
+    cfg = MeasureConfig(targets=["cpu"], isolate=False, **FAST)
+    with pytest.raises(ValueError, match="parent predictions cover 3 rows"):
+        measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg, parent_predictions=[0, 1, 0])
+
+
+def test_formats_that_cannot_run_on_a_target_are_skipped_with_reason(tmp_path):
+    assert "CPU only" in skip_reason(Artifact("q", tmp_path, "pytorch_int8", "int8"), "gpu")
+    assert "NVIDIA GPUs only" in skip_reason(Artifact("e", tmp_path, "tensorrt", "fp16"), "cpu")
+    assert "GPU only" in skip_reason(Artifact("h", tmp_path, "pytorch", "fp16"), "cpu")
+    assert skip_reason(Artifact("q", tmp_path, "pytorch_int8", "int8"), "cpu") is None
+    assert skip_reason(Artifact("o", tmp_path, "onnx", "fp32"), "cpu") is None
+    with pytest.raises(ValueError, match="unknown format"):
+        Artifact("x", tmp_path, "tflite")
+
+
+@pytest.mark.skipif(gpu_skip_reason() is not None, reason=f"no usable GPU: {gpu_skip_reason()}")
+def test_gpu_fp16_variant_is_measured_beside_fp32(tiny_model_dir, prepared_sst2):
+    cfg = MeasureConfig(targets=["cpu", "gpu"], isolate=False, **FAST)
+    records, _ = measure_with_reference([Artifact("tiny", tiny_model_dir)], [], prepared_sst2, cfg)
+    half = [r for r in records if r["artifact"] == "tiny_fp16"]
+    assert len(half) == 1 and half[0]["target"] == "gpu" and half[0]["precision"] == "fp16"
+    assert half[0]["status"] == "ok" and half[0]["agreement_with_parent"] >= 0.9
+
+
+def test_a_child_that_dies_without_reporting_is_an_error_not_a_hang(tiny_model_dir, prepared_sst2, monkeypatch):
+    import compress.measure as m
+
+    monkeypatch.setattr(m, "_child", _die)
+    cfg = MeasureConfig(targets=["cpu"], **FAST)
+    with pytest.raises(RuntimeError, match="exited with code 3 before reporting"):
+        m._measure_isolated(Artifact("tiny", tiny_model_dir), prepared_sst2, "cpu", cfg)
+
+
+def _die(args, queue):
+    import os
+
+    os._exit(3)

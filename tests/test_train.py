@@ -64,3 +64,18 @@ def test_build_teacher_without_finetuning_saves_and_reports(tmp_path, prepared_s
     assert (tmp_path / "teacher" / "model.safetensors").is_file()
     assert "skipped" in summary["training"] and "accuracy" in summary["training"]["final_dev"]
     assert (tmp_path / "curves" / "train.csv").is_file() and (tmp_path / "curves" / "eval.csv").is_file()
+
+
+def test_frozen_parameters_stay_bitwise_unchanged(tmp_path, prepared_sst2):
+    """distill.freeze_word_embeddings: a parameter with requires_grad=False is neither
+    updated nor decayed; the rest still trains."""
+    p = Prepared.open(prepared_sst2)
+    model, tok = tiny_model(seed=2)
+    emb = model.bert.embeddings.word_embeddings.weight
+    emb.requires_grad_(False)
+    before_emb, before_cls = emb.detach().clone(), model.classifier.weight.detach().clone()
+    train, dev = encode(tok, p.split("train"), 32), encode(tok, p.split("dev"), 32)
+    finetune(model, train, dev, FinetuneConfig(epochs=1, batch_size=8, lr=1e-2, weight_decay=0.1,
+                                               eval_every_steps=0), ("accuracy",), tmp_path / "c")
+    assert torch.equal(emb, before_emb)
+    assert not torch.equal(model.classifier.weight, before_cls)

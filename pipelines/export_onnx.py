@@ -1,0 +1,46 @@
+"""Stage `export_onnx`: ONNX FP32 of the student and the pruned student, parity-checked
+against PyTorch (the stage fails above `parity_atol`), fused by ONNX Runtime, measured
+beside the PyTorch parents in the same run. The plain (unfused) exports go to
+models/onnx_plain/ for TensorRT."""
+import time
+
+from compress.config import section
+from compress.data import Prepared
+from compress.env import environment
+from compress.measure import MeasureConfig, measure_with_reference
+from compress.onnx_export import ExportConfig, export_onnx
+from compress.report import make_report, write_report
+from compress.runners import Artifact
+
+from .common import MODELS, PREPARED, REPORTS, run
+from .derived import accuracy_vs_parent, print_records
+
+PARENTS = ("student", "student_pruned")
+PLAIN = MODELS / "onnx_plain"
+
+
+def main(params: dict) -> None:
+    t0 = time.perf_counter()
+    cfg = section(params, "export_onnx", ExportConfig)
+    mcfg = section(params, "measure", MeasureConfig)
+    prepared = Prepared.open(PREPARED)
+    PLAIN.mkdir(parents=True, exist_ok=True)
+    exports = {}
+    for p in PARENTS:
+        exports[p] = export_onnx(MODELS / p, MODELS / f"{p}_onnx", cfg, prepared, plain_out_dir=PLAIN / p)
+        e = exports[p]
+        print(f"{p}: attention fused {e['attention_fused']}, parity max |diff| raw "
+              f"{e['parity_raw']['max_abs_diff']:.2e}, fused {e['parity']['max_abs_diff']:.2e}")
+    summary = {"exports": exports}
+    records, same_run = measure_with_reference(
+        [Artifact(f"{p}_onnx", MODELS / f"{p}_onnx", "onnx", "fp32", parent=p) for p in PARENTS],
+        [Artifact(p, MODELS / p) for p in PARENTS], PREPARED, mcfg)
+    summary.update(same_run)
+    summary["accuracy_retained_vs_parent"] = accuracy_vs_parent(records, same_run["same_run_reference"])
+    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
+    write_report(make_report("export_onnx", records, environment(mcfg.threads), summary), REPORTS)
+    print_records(records, summary)
+
+
+if __name__ == "__main__":
+    run(main)

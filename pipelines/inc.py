@@ -1,0 +1,59 @@
+"""Stage `inc`: accuracy-aware INT8 of the student with Intel Neural Compressor's
+`autotune` (dev accuracy as the objective), measured beside the float student."""
+import random
+import time
+
+from compress.config import section
+from compress.data import Prepared
+from compress.env import environment
+from compress.inc import IncConfig, IncGoalNotMet, inc_autotune, save_inc_int8
+from compress.measure import MeasureConfig, measure_with_reference
+from compress.metrics import classification_metrics
+from compress.models import load_saved
+from compress.report import make_report, write_report
+from compress.runners import Artifact
+from compress.tokens import collate, encode, eval_batches
+from compress.train import predict_logits
+
+from .common import MODELS, PREPARED, REPORTS, run
+from .derived import accuracy_vs_parent, print_records
+
+PARENT = "student"
+NAME = "student_int8_inc"
+
+
+def main(params: dict) -> None:
+    t0 = time.perf_counter()
+    cfg = section(params, "inc", IncConfig)
+    mcfg = section(params, "measure", MeasureConfig)
+    prepared = Prepared.open(PREPARED)
+    model, tokenizer = load_saved(MODELS / PARENT)
+    dev = encode(tokenizer, prepared.split("dev"), mcfg.eval_max_length)
+
+    def dev_accuracy(m) -> float:  # the tuning objective: the same dev split the reports use
+        return classification_metrics(predict_logits(m, dev), dev.labels, ("accuracy",))["accuracy"]
+
+    # Calibration: a seeded sample of training rows (never dev), length-sorted batches.
+    train = prepared.split("train")
+    rows = random.Random(0).sample(range(len(train)), min(cfg.calibration_rows, len(train)))
+    calib = encode(tokenizer, [train[i] for i in rows], mcfg.eval_max_length)
+    batches = [collate(calib, b) for b in eval_batches(calib.lengths(), 32)]
+    try:
+        qmodel, tuning = inc_autotune(model, dev_accuracy, batches, cfg)
+    except IncGoalNotMet as e:  # keep what was tried, then fail the stage
+        write_report(make_report("inc", [], environment(mcfg.threads), {"tuning": e.report}), REPORTS)
+        raise
+    save_inc_int8(qmodel, tokenizer, MODELS / NAME, extra={"tuning": tuning})
+    summary = {"tuning": tuning}
+    records, same_run = measure_with_reference(
+        [Artifact(NAME, MODELS / NAME, "pytorch_inc", "int8", parent=PARENT)],
+        [Artifact(PARENT, MODELS / PARENT)], PREPARED, mcfg)
+    summary.update(same_run)
+    summary["accuracy_retained_vs_parent"] = accuracy_vs_parent(records, same_run["same_run_reference"])
+    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
+    write_report(make_report("inc", records, environment(mcfg.threads), summary), REPORTS)
+    print_records(records, summary)
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,283 @@
+"""Intel Neural Compressor route (compress/inc.py): accuracy-aware INT8 autotune on a tiny
+BERT with scripted dev accuracies, the report, float-kept layers, storage without pickle."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import re
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from compress.config import ConfigError, build
+from compress.errors import UserError
+from compress.inc import (
+    IncConfig,
+    IncGoalNotMet,
+    IncInt8Classifier,
+    inc_autotune,
+    linear_module_names,
+    load_inc_int8,
+    plan_trials,
+    quantized_module_names,
+    save_inc_int8,
+)
+from tests.conftest import SST2_ROWS, tiny_model
+
+
+def _has_inc() -> bool:
+    try:
+        return importlib.util.find_spec("neural_compressor.torch.quantization") is not None
+    except ImportError:
+        return False
+
+
+needs_inc = pytest.mark.skipif(
+    not _has_inc(), reason="Intel Neural Compressor not installed: pip install 'neural-compressor-pt==3.10'")
+
+TINY_LINEARS = sorted(
+    [f"bert.encoder.layer.{i}.{m}" for i in range(2) for m in (
+        "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+        "intermediate.dense", "output.dense")] + ["bert.pooler.dense", "classifier"])
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = tiny_model()
+    enc = tokenizer([r[0] for r in SST2_ROWS], padding="longest", return_tensors="np", return_token_type_ids=True)
+    batches = [{k: enc[k][i:i + 4].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+               for i in (0, 4)]
+    return model, tokenizer, batches
+
+
+def scripted(baseline: float, trials: list[float], seen: list | None = None):
+    """An eval_fn returning `baseline` for the float graph, then `trials` in order; it also
+    runs the model on a batch so every trial is really executed."""
+    values = iter([baseline, *trials])
+
+    def eval_fn(model):
+        assert isinstance(model, IncInt8Classifier) and model.config.num_labels == 2
+        model.eval()  # as predict_logits does; a bare torch.export graph would refuse this
+        ids = torch.tensor([[101, 2023, 3185, 2003, 2204, 102]])
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids),
+                       token_type_ids=torch.zeros_like(ids)).logits
+        assert logits.shape == (1, 2) and torch.isfinite(logits).all()
+        if seen is not None:
+            seen.append(None if model.spec is None else model.spec["name"])
+        return next(values)
+
+    return eval_fn
+
+
+def float_logits(model, batch):
+    model.eval()
+    with torch.no_grad():
+        return model(**{k: torch.as_tensor(v) for k, v in batch.items()}).logits
+
+
+# --- config -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(approaches=[]), "at least one"),
+    (dict(approaches=["dynamic", "qat"]), "unknown approaches"),
+    (dict(approaches=["static", "static"]), "repeat"),
+    (dict(tolerable_loss=-0.01), "tolerable_loss"),
+    (dict(tolerable_loss=1.0), "tolerable_loss"),
+    (dict(max_trials=0), "max_trials"),
+    (dict(calibration_rows=0), "calibration_rows"),
+    (dict(keep_fp32=["classifier", ""]), "non-empty"),
+    (dict(fallback_fp32=["layer[0-"]), "not a regular expression"),
+    (dict(on_miss="ignore"), "on_miss"),
+])
+def test_config_rejects_bad_values(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        IncConfig(**kwargs)
+
+
+def test_config_from_params_section():
+    cfg = build(IncConfig, {"approaches": ["static"], "tolerable_loss": 0, "keep_fp32": []}, "inc")
+    assert cfg.approaches == ["static"] and cfg.tolerable_loss == 0.0 and cfg.keep_fp32 == []
+    with pytest.raises(ConfigError, match="Did you mean 'max_trials'"):
+        build(IncConfig, {"max_trial": 3}, "inc")
+    with pytest.raises(ConfigError, match="inc.approaches"):
+        build(IncConfig, {"approaches": "dynamic"}, "inc")
+
+
+def test_plan_orders_variants_then_fallbacks_without_duplicates():
+    cfg = IncConfig(approaches=["static", "dynamic"], keep_fp32=["classifier"],
+                    fallback_fp32=[r"layer\.\d+\.output\.dense$"])
+    plan = plan_trials(cfg, TINY_LINEARS)
+    assert [t["name"] for t in plan] == [
+        "static/act-minmax-asym", "static/act-kl-asym", "static/act-minmax-sym", "static/act-kl-sym",
+        "dynamic/w-per_channel", "dynamic/w-per_tensor",
+        "static/act-minmax-asym+fallback", "dynamic/w-per_channel+fallback"]
+    assert plan[0]["fp32_modules"] == ["classifier"]
+    assert plan[-1]["fp32_modules"] == ["bert.encoder.layer.0.output.dense", "bert.encoder.layer.1.output.dense",
+                                        "classifier"]
+    # a fallback adding nothing new is the same config: not tried twice
+    same = plan_trials(IncConfig(approaches=["dynamic"], keep_fp32=["classifier"], fallback_fp32=["classifier"]),
+                       TINY_LINEARS)
+    assert [t["name"] for t in same] == ["dynamic/w-per_channel", "dynamic/w-per_tensor"]
+
+
+def test_pattern_matching_no_layer_is_an_error():
+    with pytest.raises(UserError, match="keep_fp32 pattern 'clasifier' matches no Linear"):
+        plan_trials(IncConfig(keep_fp32=["clasifier"]), TINY_LINEARS)
+
+
+def test_quantized_module_names_of_an_eager_torch_ao_model():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    q = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    assert quantized_module_names(q) == ["0", "2"] and linear_module_names(q) == ["0", "2"]
+    assert quantized_module_names(model) == []
+
+
+# --- autotune ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dynamic_result(tiny):
+    """Dynamic INT8, pooler and classifier in float; trial 1 misses (0.80 < 0.891), trial 2 meets."""
+    model, _, batches = tiny
+    seen = []
+    cfg = IncConfig(approaches=["dynamic", "static"], calibration_rows=6)
+    model.train()
+    qmodel, report = inc_autotune(model, scripted(0.9, [0.80, 0.895, 0.9], seen), batches, cfg)
+    assert model.training  # the caller's mode is restored
+    return qmodel, report, seen
+
+
+@needs_inc
+def test_autotune_stops_at_first_config_meeting_the_goal(tiny, dynamic_result):
+    model, _, batches = tiny
+    qmodel, report, seen = dynamic_result
+    assert seen == [None, "dynamic/w-per_channel", "dynamic/w-per_tensor"]  # baseline, then in order
+    assert report["baseline_accuracy"] == 0.9 and report["goal_accuracy"] == pytest.approx(0.891)
+    assert [(t["name"], t["accuracy"], t["met_goal"]) for t in report["trials"]] == [
+        ("dynamic/w-per_channel", 0.80, False), ("dynamic/w-per_tensor", 0.895, True)]
+    assert report["trials"][0]["relative_loss"] == pytest.approx(0.1 / 0.9)
+    assert report["met_goal"] and report["chosen"]["trial"] == 2
+    assert report["chosen"]["name"] == qmodel.spec["name"] == "dynamic/w-per_tensor"
+    assert len(report["planned"]) == 6 and report["calibration_rows"] == 6
+    assert report["wall_s"] > 0 and all(t["wall_s"] > 0 for t in report["trials"])
+    json.dumps(report)  # storable as is
+    # every Linear is INT8 except the float-kept pooler and classifier
+    assert linear_module_names(qmodel) == TINY_LINEARS
+    assert quantized_module_names(qmodel) == [n for n in TINY_LINEARS
+                                              if n not in ("bert.pooler.dense", "classifier")]
+    assert report["float_linears"] == ["bert.pooler.dense", "classifier"]
+    # it is a classifier close to the float one, called like the HF model, any batch shape
+    for batch in batches:
+        ref = float_logits(model, batch)
+        with torch.no_grad():
+            out = qmodel(**{k: torch.as_tensor(v) for k, v in batch.items()}).logits
+        assert out.shape == ref.shape and float((out - ref).norm() / ref.norm()) < 0.05
+    with pytest.raises(RuntimeError, match="inference-only"):
+        qmodel.train()
+
+
+@needs_inc
+def test_static_trial_honours_keep_fp32_patterns(tiny):
+    model, _, batches = tiny
+    cfg = IncConfig(approaches=["static"], keep_fp32=[r"layer\.1\.", "classifier"], calibration_rows=8)
+    qmodel, report = inc_autotune(model, scripted(1.0, [1.0]), batches, cfg)
+    assert [t["name"] for t in report["trials"]] == ["static/act-minmax-asym"]
+    assert quantized_module_names(qmodel) == [n for n in TINY_LINEARS if n.startswith("bert.encoder.layer.0.")] \
+        + ["bert.pooler.dense"]
+    ref = float_logits(model, batches[1])
+    with torch.no_grad():
+        out = qmodel(**{k: torch.as_tensor(v) for k, v in batches[1].items()}).logits
+    assert float((out - ref).norm() / ref.norm()) < 0.05
+
+
+@needs_inc
+def test_no_config_meeting_the_goal_raises_with_the_report(tiny):
+    model, _, batches = tiny
+    cfg = IncConfig(approaches=["dynamic"], max_trials=2, calibration_rows=4)
+    with pytest.raises(IncGoalNotMet, match=r"no INC INT8 config met the accuracy goal >= 0\.9900") as e:
+        inc_autotune(model, scripted(1.0, [0.5, 0.6]), batches, cfg)
+    report = e.value.report
+    assert not report["met_goal"] and len(report["trials"]) == 2
+    assert not any(t["met_goal"] for t in report["trials"])
+    assert "dynamic/w-per_channel 0.5000; dynamic/w-per_tensor 0.6000" in str(e.value)
+
+
+@needs_inc
+def test_on_miss_best_returns_the_most_accurate_trial_then_fallback_meets(tiny):
+    model, _, batches = tiny
+    cfg = IncConfig(approaches=["dynamic"], keep_fp32=["classifier"], fallback_fp32=[r"layer\.\d+\.output\.dense$"],
+                    on_miss="best", calibration_rows=4)
+    # the fallback trial (3rd) meets the goal
+    qmodel, report = inc_autotune(model, scripted(1.0, [0.5, 0.6, 0.995]), batches, cfg)
+    assert report["met_goal"] and qmodel.spec["name"] == "dynamic/w-per_channel+fallback"
+    assert "bert.encoder.layer.0.output.dense" not in quantized_module_names(qmodel)
+    assert "bert.pooler.dense" in quantized_module_names(qmodel)
+    # none meets: the best (trial 2) comes back, flagged
+    qmodel, report = inc_autotune(model, scripted(1.0, [0.5, 0.6, 0.55]), batches, cfg)
+    assert not report["met_goal"] and report["chosen"]["trial"] == 2
+    assert qmodel.spec["name"] == "dynamic/w-per_tensor"
+    assert "bert.encoder.layer.0.output.dense" in quantized_module_names(qmodel)
+
+
+@needs_inc
+def test_baseline_must_be_a_positive_score(tiny):
+    model, _, batches = tiny
+    with pytest.raises(UserError, match="positive score"):
+        inc_autotune(model, scripted(0.0, [0.0]), batches, IncConfig(max_trials=1))
+
+
+# --- storage -----------------------------------------------------------------------------
+
+@needs_inc
+def test_save_and_load_rebuild_identical_model_without_pickle(tiny, dynamic_result, tmp_path, monkeypatch):
+    model, tokenizer, batches = tiny
+    static, _ = inc_autotune(model, scripted(1.0, [1.0]), batches,
+                             IncConfig(approaches=["static"], calibration_rows=8))
+    for name, qmodel in [("dynamic", dynamic_result[0]), ("static", static)]:
+        out = tmp_path / name
+        save_inc_int8(qmodel, tokenizer, out, extra={"trials": 1})
+        assert {p.suffix for p in out.iterdir()} <= {".json", ".safetensors", ".txt"}
+        assert not list(out.glob("*.pt*")) and not list(out.glob("*.bin"))
+        with monkeypatch.context() as m:  # loading never unpickles anything
+            m.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle.loads called"))
+            m.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load called"))
+            loaded, tok, meta = load_inc_int8(out)
+        assert meta["spec"] == qmodel.spec and meta["extra"] == {"trials": 1}
+        assert quantized_module_names(loaded) == quantized_module_names(qmodel)
+        x = {k: torch.as_tensor(v) for k, v in batches[1].items()}
+        assert torch.equal(loaded(**x).logits, qmodel(**x).logits)
+        assert tok("a test")["input_ids"] == tokenizer("a test")["input_ids"]
+
+    # a stored calibration scale that the rebuild cannot reproduce is caught
+    meta_path = tmp_path / "static" / "inc_int8.json"
+    meta = json.loads(meta_path.read_text())
+    node = next(k for k, v in meta["qparams"].items() if "quantize_per_tensor" in v["target"] and "1" in v["args"])
+    meta["qparams"][node]["args"]["1"] *= 3
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="probe logits differ"):
+        load_inc_int8(tmp_path / "static")
+    meta["qparams"]["no_such_node"] = meta["qparams"].pop(node)
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(UserError, match="does not match the stored one"):
+        load_inc_int8(tmp_path / "static")
+    with pytest.raises(UserError, match="not an INC INT8 artifact"):
+        load_inc_int8(tmp_path)
+
+
+@needs_inc
+@pytest.mark.slow
+def test_runner_compiles_to_int8_kernels_with_the_same_predictions(tiny, dynamic_result, tmp_path):
+    from compress.inc import IncInt8Runner
+
+    model, tokenizer, batches = tiny
+    save_inc_int8(dynamic_result[0], tokenizer, tmp_path / "inc")
+    runner = IncInt8Runner(types.SimpleNamespace(path=tmp_path / "inc"), "cpu", threads=1)
+    assert runner.num_labels == 2 and runner.num_params > 0
+    assert IncInt8Runner.unavailable("cpu") is None and "CPU only" in IncInt8Runner.unavailable("gpu")
+    for batch in batches:  # second shape: no recompile needed (dynamic shapes)
+        got = runner(batch)
+        want = dynamic_result[0](**{k: torch.as_tensor(v) for k, v in batch.items()}).logits.detach().numpy()
+        assert got.dtype == np.float32 and got.shape == want.shape
+        assert np.abs(got - want).max() < 1e-2 * (1 + np.abs(want).max())

@@ -1,0 +1,162 @@
+"""ONNX export (validated against PyTorch), fusion of uneven-head pruned models, ONNX
+Runtime dynamic INT8 obeying keep_float, and refusal of bad ONNX files."""
+import numpy as np
+import onnx
+import pytest
+
+from compress.config import ConfigError, build
+from compress.data import Prepared
+from compress.measure import MeasureConfig, measure_with_reference
+from compress.models import save_classifier
+from compress.onnx_export import (ExportConfig, OnnxFileError, ParityError, check_onnx_file, cpu_session,
+                                  export_onnx, run_session)
+from compress.onnx_runtime import OrtQuantConfig, node_group, quantize_onnx, quantized_groups
+from compress.runners import Artifact
+from conftest import tiny_model
+
+FAST = ExportConfig(parity_shapes=[[1, 8], [3, 24], [2, 40]])  # 40 > the traced 16
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A tiny model with uneven heads per layer, exported once for the module's tests."""
+    from compress.data import PrepareConfig, prepare
+    from conftest import SST2_ROWS, write_tsv
+
+    root = tmp_path_factory.mktemp("onnx")
+    write_tsv(root / "sst2/train.tsv", ["sentence", "label"], SST2_ROWS * 4)
+    write_tsv(root / "sst2/dev.tsv", ["sentence", "label"], SST2_ROWS)
+    prepare(PrepareConfig(task="sst2", source=str(root / "sst2")), root / "prepared")
+    model, tok = tiny_model()
+    model.bert.prune_heads({0: [0], 1: [1, 2]})  # 3 and 2 heads left
+    save_classifier(model, tok, root / "pruned", ["negative", "positive"])
+    prepared = Prepared.open(root / "prepared")
+    summary = export_onnx(root / "pruned", root / "pruned_onnx", FAST, prepared, plain_out_dir=root / "plain")
+    return root, summary, prepared
+
+
+def test_export_is_valid_self_contained_and_matches_pytorch(exported):
+    root, summary, _ = exported
+    path = root / "pruned_onnx/model.onnx"
+    check_onnx_file(path)  # full checker, no external data
+    model = onnx.load(str(path))
+    assert all(t.data_location != onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    assert not [p for p in (root / "pruned_onnx").iterdir() if p.suffix in (".data", ".bin")]
+    dims = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    assert dims == {n: ["batch", "sequence"] for n in ("input_ids", "attention_mask", "token_type_ids")}
+    for key in ("parity_raw", "parity"):
+        assert summary[key]["max_abs_diff"] <= 1e-4 and summary[key]["argmax_agreement"] == 1.0
+        assert set(summary[key]["per_shape"]) == {"b1_s8", "b3_s24", "b2_s40"}
+    assert (root / "pruned_onnx/config.json").is_file() and (root / "pruned_onnx/tokenizer.json").is_file()
+
+
+def test_uneven_head_pruned_model_fuses_every_attention(exported):
+    root, summary, _ = exported
+    assert summary["fused_ops"]["Attention"] == 2 and summary["attention_fused"] == "2/2 layers"
+    assert "attention_fusion_warning" not in summary
+    plain = onnx.load(str(root / "plain/model.onnx"))
+    assert all(n.domain in ("", "ai.onnx") for n in plain.graph.node)  # standard ops only, for TensorRT
+
+
+def test_parity_failure_stops_the_export_and_writes_nothing(exported, tmp_path, monkeypatch):
+    import compress.onnx_export as ox
+
+    root, _, prepared = exported
+    real = ox.torch_logits
+    monkeypatch.setattr(ox, "torch_logits", lambda m, b: real(m, b) + 1e-3)  # a 1e-3 disagreement
+    with pytest.raises(ParityError, match="above export_onnx.parity_atol"):
+        export_onnx(root / "pruned", tmp_path / "out", FAST, prepared)
+    assert not (tmp_path / "out").exists()
+    assert not list(tmp_path.glob("out*"))  # no temporary leftovers either
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"parity_atol": 0}, "parity_atol must be > 0"),
+    ({"parity_shapes": [[0, 8]]}, "parity shape"),
+    ({"opset": 9}, "opset"),
+])
+def test_export_config_rejects_bad_values(data, message):
+    with pytest.raises(ConfigError, match=message):
+        build(ExportConfig, data, "export_onnx")
+
+
+def test_onnx_int8_default_keeps_embeddings_and_classifier_float(exported, tmp_path):
+    root, _, _ = exported
+    summary = quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig())
+    groups = quantized_groups(tmp_path / "int8/model.onnx")
+    assert groups == summary["quantized_nodes_by_group"]
+    assert groups.get("attention", 0) >= 2 and groups.get("ffn", 0) == 4 and groups.get("pooler", 0) == 1
+    assert "classifier" not in groups and "embeddings" not in groups
+    ops = summary["op_counts"]
+    assert ops.get("QAttention") == 2 and ops.get("EmbedLayerNormalization") == 1
+    assert (tmp_path / "int8/tokenizer.json").is_file()
+
+
+def test_onnx_int8_quantizes_what_keep_float_leaves_out(exported, tmp_path):
+    root, _, _ = exported
+    quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig(keep_float=["layernorm", "attention", "ffn"]))
+    groups = quantized_groups(tmp_path / "int8/model.onnx")
+    assert set(groups) == {"embeddings", "pooler", "classifier"}
+
+
+def test_onnx_int8_config_rejects_illegal_combinations():
+    with pytest.raises(ConfigError, match="must include 'layernorm'"):
+        build(OrtQuantConfig, {"keep_float": ["embeddings"]}, "onnx_int8")
+    with pytest.raises(ConfigError, match="leaves nothing to quantize"):
+        build(OrtQuantConfig, {"keep_float": ["embeddings", "attention", "ffn", "pooler", "classifier",
+                                              "layernorm"]}, "onnx_int8")
+
+
+def test_node_groups_of_exported_names():
+    assert node_group("/bert/encoder/layer.0/intermediate/dense/MatMul", "MatMul") == "ffn"
+    assert node_group("/bert/encoder/layer.0/output/dense/MatMul", "MatMul") == "ffn"
+    assert node_group("/bert/encoder/layer.0/attention/output/dense/MatMul", "MatMul") == "attention"
+    assert node_group("Attention_1", "Attention") == "attention"
+    assert node_group("/classifier/Gemm", "Gemm") == "classifier"
+    assert node_group("/classifier/Gemm_MatMul_quant", "MatMulInteger") == "classifier"
+    assert node_group("EmbedLayerNormalization_0", "EmbedLayerNormalization") == "embeddings"
+
+
+def test_int8_and_fp32_onnx_measured_side_by_side(exported, tmp_path):
+    root, _, _ = exported
+    quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig())
+    cfg = MeasureConfig(targets=["cpu", "gpu"], points=[[1, 16]], warmup_queries=1, min_queries=2,
+                        min_duration_s=0.0, isolate=False)
+    records, details = measure_with_reference(
+        [Artifact("int8", tmp_path / "int8", "onnx", "int8", parent="fp32")],
+        [Artifact("fp32", root / "pruned_onnx", "onnx", "fp32")], root / "prepared", cfg)
+    cpu = next(r for r in records if r["target"] == "cpu")
+    gpu = next(r for r in records if r["target"] == "gpu")
+    assert cpu["status"] == "ok" and cpu["backend"] == "onnxruntime-cpu" and cpu["num_params"] > 0
+    assert 0 <= cpu["agreement_with_parent"] <= 1 and details["speedup_vs_parent"]["int8.cpu.b1_s16"] > 0
+    assert gpu["status"] == "skipped" and gpu["reason"]
+
+
+def test_padded_and_long_batches_run_through_the_session(exported):
+    root, _, _ = exported
+    s = cpu_session(root / "pruned_onnx/model.onnx", 1)
+    ids = np.full((2, 300), 2000, dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 10:] = 0
+    out = run_session(s, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+    assert out.shape == (2, 2) and np.isfinite(out).all()
+
+
+def test_bad_onnx_files_are_refused_with_the_reason(exported, tmp_path):
+    root, _, _ = exported
+    with pytest.raises(OnnxFileError, match="not found"):
+        check_onnx_file(tmp_path / "missing.onnx")
+    data = (root / "pruned_onnx/model.onnx").read_bytes()
+    (tmp_path / "truncated.onnx").write_bytes(data[: len(data) // 3])
+    with pytest.raises(OnnxFileError, match="truncated.onnx"):
+        check_onnx_file(tmp_path / "truncated.onnx")
+    # external data pointing outside the model folder
+    model = onnx.load(str(root / "plain/model.onnx"))
+    t = max(model.graph.initializer, key=lambda t: len(t.raw_data))
+    t.data_location = onnx.TensorProto.EXTERNAL
+    t.ClearField("raw_data")
+    t.external_data.add(key="location", value="../../etc/passwd")
+    (tmp_path / "evil").mkdir()
+    onnx.save(model, str(tmp_path / "evil/model.onnx"))
+    with pytest.raises(OnnxFileError, match="outside the model folder"):
+        check_onnx_file(tmp_path / "evil/model.onnx")
