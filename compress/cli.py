@@ -89,6 +89,45 @@ def cmd_report(args) -> None:
             print(f"{'updated' if changed else 'unchanged'}: results table in {args.readme}")
 
 
+def cmd_predict(args) -> None:
+    from .predict import load, parse_lines, predict
+
+    loaded = load(args.artifact, args.task, args.target, args.threads)
+    pair = loaded.task.is_pair
+    if args.texts:
+        if pair:
+            examples = list(parse_lines(args.texts, pair, "argument"))
+        else:
+            examples = list(parse_lines([t.replace("\n", " ") for t in args.texts], pair, "argument"))
+        progress = False
+    elif args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise UserError(f"{path}: no such input file")
+        with open(path, "rb") as f:
+            examples = list(parse_lines(f, pair, str(path)))
+        progress = True
+    else:
+        examples = list(parse_lines(sys.stdin.buffer, pair, "<stdin>"))
+        progress = False
+    results = predict(loaded, examples, args.batch_size, args.max_length, progress=progress)
+    for r in results:
+        if args.format == "jsonl":
+            print(json.dumps(r, ensure_ascii=False))
+        else:
+            probs = " ".join(f"{k}={v:.3f}" for k, v in r["probabilities"].items())
+            text = r["text"] if isinstance(r["text"], str) else " ||| ".join(r["text"])
+            print(f"{r['label']}\t{probs}\t{text[:120]}")
+
+
+def cmd_evaluate(args) -> None:
+    from .predict import evaluate, load
+
+    loaded = load(args.artifact, args.task, args.target, args.threads)
+    res = evaluate(loaded, args.data, args.split, max_length=args.max_length)
+    print(json.dumps(res, indent=2))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="compress",
@@ -118,6 +157,29 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("reports", nargs="+", help="report JSON files, e.g. reports/teacher.json")
     s.add_argument("--readme", help="also refresh the results table in this README from comparison.json")
     s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("predict", help="classify texts with the production artifact (or any artifact)")
+    s.add_argument("texts", nargs="*", help="texts to classify (pair tasks: 'text_a<TAB>text_b'); "
+                                            "without texts or --file, lines are read from standard input")
+    s.add_argument("--file", help="a UTF-8 file with one text (or tab-separated pair) per line")
+    s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
+    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's task, else sst2)")
+    s.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format (default text)")
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--max-length", type=int, default=128, help="longer texts are truncated (default 128)")
+    s.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    s.add_argument("--threads", type=int, default=2)
+    s.set_defaults(func=cmd_predict)
+
+    s = sub.add_parser("evaluate", help="score an artifact on a GLUE-format split with the pipeline's pre-processing")
+    s.add_argument("--data", required=True, help="GLUE-format directory (train.tsv/dev.tsv) or hub:glue/sst2")
+    s.add_argument("--split", default="dev", help="train or dev (default dev)")
+    s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
+    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's task, else sst2)")
+    s.add_argument("--max-length", type=int, default=128)
+    s.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
+    s.add_argument("--threads", type=int, default=2)
+    s.set_defaults(func=cmd_evaluate)
     return p
 
 

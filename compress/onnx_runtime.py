@@ -60,7 +60,10 @@ def node_group(name: str, op_type: str) -> str | None:
 @dataclass(frozen=True)
 class OrtQuantConfig:
     keep_float: list[str] = field(default_factory=lambda: ["embeddings", "layernorm", "classifier"])
-    per_channel: bool = False  # per-tensor: ONNX Runtime's fastest x86 kernels; see docs/
+    # One weight scale per output channel. The fused QKV weight of QAttention holds three
+    # projections; one per-tensor scale for all of them cost 0.46 points of SST-2 dev
+    # accuracy here (88.76% vs 89.33%, FP32 89.22%) for ~1% of latency.
+    per_channel: bool = True
     reduce_range: bool = False  # 7-bit weights, only for CPUs without VNNI
     threads: int = 2
 

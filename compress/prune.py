@@ -44,6 +44,7 @@ class PruneConfig:
     importance_batch_size: int = 32
     seed: int = 0
     recover: bool = True  # short distillation from the teacher after pruning
+    freeze_word_embeddings: bool = False  # as in distill: keep the word-embedding table fixed in recovery
     recovery: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=1.0))
     loss: DistillLossConfig = field(default_factory=DistillLossConfig)
 
@@ -241,6 +242,8 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
                          "params": count_parameters(model), "dev_before_recovery": dev_metrics()}
     with atomic_dir(plots_dir) as tmp:
         if cfg.recover:
+            if cfg.freeze_word_embeddings:
+                model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
             loss = distill_loss_fn(train, cached, cfg.loss)
             summary["recovery"] = finetune(model, train, dev, cfg.recovery, task.metrics, tmp,
                                            desc="recovery", loss_fn=loss)

@@ -6,14 +6,12 @@ import time
 
 from compress.config import section
 from compress.data import Prepared
-from compress.env import environment
-from compress.measure import MeasureConfig, measure_with_reference
+from compress.measure import MeasureConfig
 from compress.onnx_export import ExportConfig, export_onnx
-from compress.report import make_report, write_report
 from compress.runners import Artifact
 
-from .common import MODELS, PREPARED, REPORTS, run
-from .derived import accuracy_vs_parent, print_records
+from .common import MODELS, PREPARED, run
+from .derived import measure_and_report
 
 PARENTS = ("student", "student_pruned")
 PLAIN = MODELS / "onnx_plain"
@@ -31,15 +29,9 @@ def main(params: dict) -> None:
         e = exports[p]
         print(f"{p}: attention fused {e['attention_fused']}, parity max |diff| raw "
               f"{e['parity_raw']['max_abs_diff']:.2e}, fused {e['parity']['max_abs_diff']:.2e}")
-    summary = {"exports": exports}
-    records, same_run = measure_with_reference(
-        [Artifact(f"{p}_onnx", MODELS / f"{p}_onnx", "onnx", "fp32", parent=p) for p in PARENTS],
-        [Artifact(p, MODELS / p) for p in PARENTS], PREPARED, mcfg)
-    summary.update(same_run)
-    summary["accuracy_retained_vs_parent"] = accuracy_vs_parent(records, same_run["same_run_reference"])
-    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
-    write_report(make_report("export_onnx", records, environment(mcfg.threads), summary), REPORTS)
-    print_records(records, summary)
+    measure_and_report(
+        "export_onnx", [Artifact(f"{p}_onnx", MODELS / f"{p}_onnx", "onnx", "fp32", parent=p) for p in PARENTS],
+        [Artifact(p, MODELS / p) for p in PARENTS], mcfg, {"exports": exports}, t0)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from compress.config import section
 from compress.data import Prepared
 from compress.env import environment
 from compress.inc import IncConfig, IncGoalNotMet, inc_autotune, save_inc_int8
-from compress.measure import MeasureConfig, measure_with_reference
+from compress.measure import MeasureConfig
 from compress.metrics import classification_metrics
 from compress.models import load_saved
 from compress.report import make_report, write_report
@@ -16,7 +16,7 @@ from compress.tokens import collate, encode, eval_batches
 from compress.train import predict_logits
 
 from .common import MODELS, PREPARED, REPORTS, run
-from .derived import accuracy_vs_parent, print_records
+from .derived import measure_and_report
 
 PARENT = "student"
 NAME = "student_int8_inc"
@@ -44,15 +44,8 @@ def main(params: dict) -> None:
         write_report(make_report("inc", [], environment(mcfg.threads), {"tuning": e.report}), REPORTS)
         raise
     save_inc_int8(qmodel, tokenizer, MODELS / NAME, extra={"tuning": tuning})
-    summary = {"tuning": tuning}
-    records, same_run = measure_with_reference(
-        [Artifact(NAME, MODELS / NAME, "pytorch_inc", "int8", parent=PARENT)],
-        [Artifact(PARENT, MODELS / PARENT)], PREPARED, mcfg)
-    summary.update(same_run)
-    summary["accuracy_retained_vs_parent"] = accuracy_vs_parent(records, same_run["same_run_reference"])
-    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
-    write_report(make_report("inc", records, environment(mcfg.threads), summary), REPORTS)
-    print_records(records, summary)
+    measure_and_report("inc", [Artifact(NAME, MODELS / NAME, "pytorch_inc", "int8", parent=PARENT)],
+                       [Artifact(PARENT, MODELS / PARENT)], mcfg, {"tuning": tuning}, t0)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,12 @@ their ONNX FP32 parents in the same run."""
 import time
 
 from compress.config import section
-from compress.env import environment
-from compress.measure import MeasureConfig, measure_with_reference
+from compress.measure import MeasureConfig
 from compress.onnx_runtime import OrtQuantConfig, quantize_onnx
-from compress.report import make_report, write_report
 from compress.runners import Artifact
 
-from .common import MODELS, PREPARED, REPORTS, run
-from .derived import accuracy_vs_parent, print_records
+from .common import MODELS, run
+from .derived import measure_and_report
 
 PARENTS = ("student_onnx", "student_pruned_onnx")
 
@@ -20,14 +18,9 @@ def main(params: dict) -> None:
     cfg = section(params, "onnx_int8", OrtQuantConfig)
     mcfg = section(params, "measure", MeasureConfig)
     summary = {"built": {p: quantize_onnx(MODELS / p, MODELS / f"{p}_int8", cfg) for p in PARENTS}}
-    records, same_run = measure_with_reference(
-        [Artifact(f"{p}_int8", MODELS / f"{p}_int8", "onnx", "int8", parent=p) for p in PARENTS],
-        [Artifact(p, MODELS / p, "onnx", "fp32") for p in PARENTS], PREPARED, mcfg)
-    summary.update(same_run)
-    summary["accuracy_retained_vs_parent"] = accuracy_vs_parent(records, same_run["same_run_reference"])
-    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
-    write_report(make_report("onnx_int8", records, environment(mcfg.threads), summary), REPORTS)
-    print_records(records, summary)
+    measure_and_report(
+        "onnx_int8", [Artifact(f"{p}_int8", MODELS / f"{p}_int8", "onnx", "int8", parent=p) for p in PARENTS],
+        [Artifact(p, MODELS / p, "onnx", "fp32") for p in PARENTS], mcfg, summary, t0)
 
 
 if __name__ == "__main__":

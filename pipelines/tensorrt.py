@@ -8,17 +8,16 @@ import time
 
 from compress.config import section
 from compress.data import Prepared
-from compress.env import environment
 from compress.io import atomic_write_json
-from compress.measure import MeasureConfig, measure_with_reference
+from compress.measure import MeasureConfig
 from compress.models import load_tokenizer
 from compress.onnx_export import parity_batches
-from compress.report import Record, make_report, write_report
+from compress.report import Record
 from compress.runners import Artifact, skip_reason
 from compress.tensorrt_engine import EngineConfig, build_engines, training_batches
 
-from .common import MODELS, PREPARED, REPORTS, run
-from .derived import accuracy_vs_parent, print_records
+from .common import MODELS, PREPARED, run
+from .derived import measure_and_report
 
 PARENTS = ("student", "student_pruned")
 PLAIN = MODELS / "onnx_plain"
@@ -50,16 +49,9 @@ def main(params: dict) -> None:
             reason = e["reason"] if target == "gpu" else skip_reason(Artifact(name, OUT, "tensorrt"), target)
             records.append(Record(artifact=name, target=target, status=status, reason=reason,
                                   format="tensorrt", precision=e["precision"], parent=e["artifact"]).to_dict())
-    summary = {"engines": engines}
-    if built:
-        measured, same_run = measure_with_reference(
-            built, [Artifact(p, MODELS / p) for p in PARENTS], PREPARED, mcfg)
-        records = measured + records
-        summary.update(same_run)
-        summary["accuracy_retained_vs_parent"] = accuracy_vs_parent(measured, same_run["same_run_reference"])
-    summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
-    write_report(make_report("tensorrt", records, environment(mcfg.threads), summary), REPORTS)
-    print_records(records, summary)
+    # Parents are measured only when there is an engine to compare them with.
+    measure_and_report("tensorrt", built, [Artifact(p, MODELS / p) for p in PARENTS] if built else [],
+                       mcfg, {"engines": engines}, t0, extra_records=records)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
                     "max_dev_rows": 64},
         "teacher": {"train": {"epochs": 1.0, "eval_every_steps": 4}},
         "distill": {"train": {"epochs": 1.0, "eval_every_steps": 4}},
-        "prune": {"importance_rows": 64, "recovery": {"epochs": 1.0, "eval_every_steps": 4}},
+        "prune": {"importance_rows": 64, "recover": True, "recovery": {"epochs": 1.0, "eval_every_steps": 4}},
         # a 1-epoch student on 64 dev rows may miss the 1% goal: keep the best trial then
         "inc": {"calibration_rows": 32, "max_trials": 2, "on_miss": "best"},
         "tensorrt": {"calibration_rows": 16},
@@ -115,6 +115,12 @@ def test_full_pipeline_repro_offline(tmp_path):
                          "student_onnx_int8", "student_pruned_onnx_int8", "student_trt_fp16",
                          "student_trt_int8", "student_pruned_trt_fp16", "student_pruned_trt_int8"}
 
+    # The policy's choice (or a clear "nothing qualifies"), promoted with hashes.
+    selection = json.loads((repo / "reports/selection.json").read_text())
+    assert selection["reasons"] and len(selection["rejected"]) + len(selection["qualified"]) == selection["candidates"]
+    if selection["chosen"]:
+        assert json.loads((repo / "models/production/artifact.json").read_text())["artifact"] == selection["chosen"]
+
     # Nothing changed: the second run does nothing, fast.
     t = time.perf_counter()
     again = _dvc(repo, "repro")
@@ -133,9 +139,12 @@ def test_full_pipeline_repro_offline(tmp_path):
     params["prune"]["head_fraction"] = 0.5
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune"}
-    params["onnx_int8"]["per_channel"] = True
+    params["onnx_int8"]["per_channel"] = not params["onnx_int8"]["per_channel"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8"}
+    params["select"]["max_size_mb"] = 1000.0
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8", "select"}
     params["measure"]["min_queries"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {

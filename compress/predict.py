@@ -1,0 +1,145 @@
+"""Use an artifact: classify texts (`compress predict`) or score a GLUE-format split
+(`compress evaluate`) with exactly the pipeline's pre-processing and runners.
+
+The production artifact (`models/production/`, written by the `select` stage) carries
+`artifact.json` with the sha256 of every file; it is checked before anything is loaded,
+so a swapped or corrupted file is refused rather than run.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import numpy as np
+
+from .data import Example, get_task
+from .errors import UserError
+from .select import file_hashes
+
+DEFAULT_ARTIFACT = Path("models/production")
+
+
+class IntegrityError(UserError):
+    """An artifact's files do not match the hashes recorded when it was promoted."""
+
+
+def verify(path: Path) -> dict | None:
+    """Check every file hash in path/artifact.json; returns its content (None when the
+    directory has no artifact.json: a stage output, not a promoted artifact)."""
+    meta_path = path / "artifact.json"
+    if not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    actual = file_hashes(path)
+    for name, digest in meta["sha256"].items():
+        if name not in actual:
+            raise IntegrityError(f"{path / name}: listed in artifact.json but missing; re-run `dvc repro select`")
+        if actual[name] != digest:
+            raise IntegrityError(f"{path / name}: sha256 {actual[name][:12]}… does not match artifact.json "
+                                 f"({digest[:12]}…); the file changed since promotion, refusing to load it")
+    return meta
+
+
+@dataclass
+class Loaded:
+    runner: object
+    task: object
+    label_names: list[str]
+    meta: dict | None
+
+
+def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: str = "cpu",
+         threads: int = 2) -> Loaded:
+    from transformers import AutoConfig
+
+    from .cli import artifact_at
+    from .runners import load_runner, skip_reason
+
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path}: no such artifact directory (the production artifact is written by "
+                        "`dvc repro select`)")
+    meta = verify(path)
+    art = artifact_at(path)
+    if meta:  # the promoted record knows what it is; the files alone may not
+        from .runners import Artifact
+
+        art = Artifact(meta["artifact"], path, meta["format"], meta["precision"])
+    reason = skip_reason(art, target)
+    if reason:
+        raise UserError(f"{path} cannot run on {target}: {reason}")
+    runner = load_runner(art, target, threads)
+    task_name = task or (meta or {}).get("task") or "sst2"
+    cfg = AutoConfig.from_pretrained(path)
+    names = [cfg.id2label[i] for i in range(cfg.num_labels)] if cfg.id2label else \
+        list(get_task(task_name).label_names)
+    return Loaded(runner, get_task(task_name), names, meta)
+
+
+def parse_lines(lines: Iterable[bytes | str], pair: bool, source: str) -> Iterator[Example]:
+    """One text per line, or `text_a<TAB>text_b` for pair tasks; errors name the line."""
+    for n, raw in enumerate(lines, 1):
+        if isinstance(raw, bytes):
+            try:
+                raw = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(f"{source}:{n}: not valid UTF-8 (byte {e.start}); save the input as UTF-8") from None
+        line = raw.rstrip("\r\n").lstrip("\ufeff") if n == 1 else raw.rstrip("\r\n")
+        if not line.strip():
+            continue  # blank lines separate nothing here; skip them
+        if pair:
+            parts = line.split("\t")
+            if len(parts) != 2:
+                raise UserError(f"{source}:{n}: this task takes sentence pairs, one `text_a<TAB>text_b` per "
+                                f"line; found {len(parts)} field(s)")
+            yield Example(parts[0], parts[1], -1)
+        else:
+            yield Example(line, None, -1)
+
+
+def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_length: int = 128,
+            progress: bool = False) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    from .tokens import collate, encode, eval_batches
+
+    if not examples:
+        raise UserError("no input texts: give texts as arguments, --file FILE, or lines on standard input")
+    out: list[dict] = []
+    # Encode in chunks so a huge file never holds all its token ids at once.
+    chunk = 4096
+    bar = tqdm(total=len(examples), desc="predict", unit="text", disable=not progress, file=sys.stderr)
+    for start in range(0, len(examples), chunk):
+        part = examples[start:start + chunk]
+        enc = encode(loaded.runner.tokenizer, part, max_length)  # longer texts are truncated
+        logits = np.zeros((len(part), loaded.runner.num_labels), dtype=np.float32)
+        for idx in eval_batches(enc.lengths(), batch_size):
+            logits[idx] = loaded.runner(collate(enc, idx))
+            bar.update(len(idx))
+        z = logits - logits.max(axis=1, keepdims=True)
+        probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        for ex, p in zip(part, probs):
+            k = int(p.argmax())
+            out.append({"text": ex.text_a if ex.text_b is None else [ex.text_a, ex.text_b],
+                        "label": loaded.label_names[k],
+                        "probabilities": {n: round(float(v), 6) for n, v in zip(loaded.label_names, p)}})
+    bar.close()
+    return out
+
+
+def evaluate(loaded: Loaded, source: str, split: str = "dev", batch_size: int = 64, max_length: int = 128) -> dict:
+    """Metrics of the artifact on a GLUE-format split (validated like the pipeline's data)."""
+    from .data import read_split
+    from .metrics import classification_metrics
+    from .tokens import collate, encode, eval_batches
+
+    examples = list(read_split(source, split, loaded.task))
+    enc = encode(loaded.runner.tokenizer, examples, max_length)
+    logits = np.zeros((len(enc), loaded.runner.num_labels), dtype=np.float32)
+    for idx in eval_batches(enc.lengths(), batch_size):
+        logits[idx] = loaded.runner(collate(enc, idx))
+    return {"rows": len(enc), "source": source, "split": split,
+            **classification_metrics(logits, enc.labels, loaded.task.metrics)}

@@ -1,0 +1,197 @@
+"""Production selection: an explicit policy over the comparison's records.
+
+`select(comparison, policy)` keeps the records of `policy.target` and rejects, with the
+rule each one failed:
+
+- `not_measured`: the record is not `ok` on that target (skipped or failed, reason quoted);
+- `no_accuracy`: no accuracy (random-weight references);
+- `accuracy_floor`: accuracy / teacher accuracy (same target) below `accuracy_floor_vs_teacher`;
+- `latency_limit`: p50 at the headline point above `max_latency_ms`;
+- `size_cap`: weight files above `max_size_mb`;
+
+then picks the fastest survivor by p50 latency at batch 1, seq 128 (ties: smaller size,
+then name). Nothing qualifying is a result, not an error: `chosen` is None and the
+reason says which rules eliminated everyone.
+
+`promote(selection, models_dir, out_dir)` copies the chosen artifact's directory to
+`models/production/` with `artifact.json` (name, format, precision, sha256 of every file)
+and a model card.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .config import check
+from .io import atomic_dir
+
+TEACHER = "teacher"
+TARGETS = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class SelectPolicy:
+    target: str = "cpu"
+    accuracy_floor_vs_teacher: float = 0.985  # accuracy / teacher accuracy on the same target
+    max_latency_ms: float | None = None  # p50 at batch 1, seq 128
+    max_size_mb: float | None = None  # weight files on disk
+    exclude: list[str] = field(default_factory=list)  # artifact names never chosen (e.g. the control)
+
+    def __post_init__(self):
+        check(self.target in TARGETS, f"target must be one of {', '.join(TARGETS)}, got '{self.target}'")
+        check(0 < self.accuracy_floor_vs_teacher <= 1.5,
+              f"accuracy_floor_vs_teacher must be in (0, 1.5], got {self.accuracy_floor_vs_teacher}")
+        check(self.max_latency_ms is None or self.max_latency_ms > 0,
+              f"max_latency_ms must be > 0 or null, got {self.max_latency_ms}")
+        check(self.max_size_mb is None or self.max_size_mb > 0,
+              f"max_size_mb must be > 0 or null, got {self.max_size_mb}")
+
+
+def select(comparison: dict, policy: SelectPolicy) -> dict:
+    records = [r for r in comparison["records"] if r["target"] == policy.target]
+    teacher = next((r for r in records if r["artifact"] == TEACHER and r["status"] == "ok"), None)
+    teacher_acc = teacher["accuracy"] if teacher else None
+    rejected, survivors = [], []
+    for r in records:
+        name = r["artifact"]
+        if name in policy.exclude:
+            rejected.append({"artifact": name, "rule": "excluded", "detail": "listed in select.exclude"})
+        elif r["status"] != "ok":
+            rejected.append({"artifact": name, "rule": "not_measured", "detail": f"{r['status']}: {r['reason']}"})
+        elif r.get("accuracy") is None:
+            rejected.append({"artifact": name, "rule": "no_accuracy", "detail": "no accuracy measured"})
+        elif teacher_acc is None:
+            rejected.append({"artifact": name, "rule": "accuracy_floor",
+                             "detail": f"no teacher accuracy on {policy.target} to compare with"})
+        elif r["accuracy"] / teacher_acc < policy.accuracy_floor_vs_teacher:
+            rejected.append({"artifact": name, "rule": "accuracy_floor",
+                             "detail": f"keeps {r['accuracy'] / teacher_acc:.2%} of the teacher's accuracy "
+                                       f"< {policy.accuracy_floor_vs_teacher:.2%}"})
+        elif r.get("latency_ms_p50") is None:
+            rejected.append({"artifact": name, "rule": "not_measured", "detail": "no p50 at batch 1, seq 128"})
+        elif policy.max_latency_ms is not None and r["latency_ms_p50"] > policy.max_latency_ms:
+            rejected.append({"artifact": name, "rule": "latency_limit",
+                             "detail": f"p50 {r['latency_ms_p50']:.2f} ms > {policy.max_latency_ms} ms"})
+        elif policy.max_size_mb is not None and r["size_mb"] > policy.max_size_mb:
+            rejected.append({"artifact": name, "rule": "size_cap",
+                             "detail": f"{r['size_mb']:.1f} MiB > {policy.max_size_mb} MiB"})
+        else:
+            survivors.append(r)
+    survivors.sort(key=lambda r: (r["latency_ms_p50"], r["size_mb"] or 0, r["artifact"]))
+    out = {"policy": asdict(policy), "teacher_accuracy": teacher_acc, "candidates": len(records),
+           "qualified": [r["artifact"] for r in survivors], "rejected": rejected}
+    if not survivors:
+        rules = sorted({x["rule"] for x in rejected})
+        out.update(chosen=None, record=None,
+                   reasons=[f"no artifact on {policy.target} meets the policy; rules that eliminated "
+                            f"candidates: {', '.join(rules) or 'no candidates at all'}"])
+        return out
+    best = survivors[0]
+    reasons = [f"fastest qualifying artifact on {policy.target}: p50 {best['latency_ms_p50']:.2f} ms at batch 1, "
+               f"seq 128",
+               f"keeps {best['accuracy'] / teacher_acc:.2%} of the teacher's accuracy "
+               f"(floor {policy.accuracy_floor_vs_teacher:.2%})"]
+    if teacher and teacher.get("latency_ms_p50"):
+        reasons.append(f"{teacher['latency_ms_p50'] / best['latency_ms_p50']:.2f}x faster than the teacher "
+                       f"({teacher['latency_ms_p50']:.2f} ms)")
+    if len(survivors) > 1:
+        runner_up = survivors[1]
+        reasons.append(f"next: {runner_up['artifact']} at {runner_up['latency_ms_p50']:.2f} ms")
+    out.update(chosen=best["artifact"], record=best, reasons=reasons)
+    return out
+
+
+# --- promotion ---------------------------------------------------------------------------
+
+def artifact_dir(name: str, models_dir: Path) -> Path:
+    """Where a stage wrote an artifact, by the pipeline's naming convention."""
+    models_dir = Path(models_dir)
+    if "_trt_" in name:
+        parent, precision = name.rsplit("_trt_", 1)
+        return models_dir / "trt" / f"{parent}-{precision}"
+    if name.endswith("_fp16") and not (models_dir / name).is_dir():
+        return models_dir / name[: -len("_fp16")]  # cast to FP16 at load: same files
+    return models_dir / name
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    out = {}
+    for f in sorted(p for p in folder.iterdir() if p.is_file()):
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        out[f.name] = h.hexdigest()
+    return out
+
+
+def model_card(selection: dict, environment: dict) -> str:
+    r = selection["record"]
+    p = selection["policy"]
+    libs = ", ".join(f"{k} {v}" for k, v in environment.get("libraries", {}).items() if v)
+    load = {
+        "pytorch": "compress.models.load_saved(path)  # BertForSequenceClassification + tokenizer",
+        "pytorch_int8": "compress.quantize.load_dynamic_int8(path)  # rebuilt from safetensors, no pickle",
+        "pytorch_inc": "compress.inc.load_inc_int8(path)  # rebuilt and verified, no pickle",
+        "onnx": "onnxruntime.InferenceSession(path + '/model.onnx')  # inputs input_ids, attention_mask, token_type_ids",
+        "tensorrt": "compress.tensorrt_engine.TrtRunner  # same TensorRT version and GPU as the build",
+    }.get(r["format"], "see README")
+    acc = f"{r['accuracy']:.2%}" if r.get("accuracy") is not None else "n/a"
+    return "\n".join([
+        f"# Model card: {r['artifact']}",
+        "",
+        f"Chosen by the `select` stage for the `{p['target']}` target: fastest artifact keeping at least "
+        f"{p['accuracy_floor_vs_teacher']:.1%} of the teacher's dev accuracy"
+        + (f", p50 <= {p['max_latency_ms']} ms" if p.get("max_latency_ms") else "")
+        + (f", size <= {p['max_size_mb']} MiB" if p.get("max_size_mb") else "") + ".",
+        "",
+        "## What it is",
+        f"- format `{r['format']}`, precision `{r['precision']}`, backend `{r['backend']}`",
+        f"- derived from `{r.get('parent') or 'the teacher'}`, built by the `{r.get('stage')}` stage "
+        "(see README and dvc.yaml for the recipe)",
+        f"- {r['num_params']:,} parameters, {r['size_mb']:.1f} MiB of weights",
+        "",
+        "## Metrics (task " + str(r.get("task")) + ", dev split)",
+        f"- accuracy {acc}" + (f", F1 {r['f1']:.2%}" if r.get("f1") is not None else "")
+        + f" ({selection['record']['accuracy'] / selection['teacher_accuracy']:.2%} of the teacher's)",
+        f"- latency p50 {r['latency_ms_p50']:.2f} ms, p99 {r['latency_ms_p99']:.2f} ms at batch 1, seq 128; "
+        f"throughput {r['throughput_seq_per_s']} seq/s at batch 32, seq 128",
+        f"- peak memory {r['peak_mem_mb']} MiB RSS",
+        "",
+        "## Hardware the numbers come from",
+        f"- CPU {environment.get('cpu_model')}, {r['threads']} threads; GPU {environment.get('gpu_name') or 'none'}",
+        f"- {libs}",
+        "",
+        "## How to load it",
+        "```python",
+        load,
+        "```",
+        "or `compress predict \"some text\"` (verifies the sha256 in artifact.json first).",
+        "",
+    ])
+
+
+def promote(selection: dict, environment: dict, models_dir: str | Path, out_dir: str | Path) -> dict | None:
+    """Copy the chosen artifact to out_dir with artifact.json (hashes) and MODEL_CARD.md;
+    returns the artifact.json content, or None (out_dir removed) when nothing was chosen."""
+    out_dir = Path(out_dir)
+    if selection["chosen"] is None:
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        return None
+    r = selection["record"]
+    src = artifact_dir(r["artifact"], Path(models_dir))
+    if not src.is_dir():
+        raise FileNotFoundError(f"{src}: the chosen artifact '{r['artifact']}' is not on disk; run `dvc repro`")
+    with atomic_dir(out_dir) as tmp:
+        for f in src.iterdir():
+            if f.is_file():
+                shutil.copy2(f, tmp / f.name)
+        meta = {"artifact": r["artifact"], "format": r["format"], "precision": r["precision"],
+                "target": r["target"], "task": r.get("task"), "sha256": file_hashes(tmp)}
+        (tmp / "artifact.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        (tmp / "MODEL_CARD.md").write_text(model_card(selection, environment), encoding="utf-8")
+    return meta

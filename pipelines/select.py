@@ -1,0 +1,47 @@
+"""Stage `select`: apply the production policy from params to reports/comparison.json,
+write reports/selection.json with the choice, the reasons and every rejected candidate
+with the rule it failed, and promote the chosen artifact to models/production/."""
+from compress.config import section
+from compress.io import atomic_write_json, atomic_write_text
+from compress.report import read_report
+from compress.select import SelectPolicy, promote, select
+
+from .common import MODELS, REPORTS, run
+
+
+def render(sel: dict) -> str:
+    p = sel["policy"]
+    lines = ["# Production selection", "",
+             f"Policy: target `{p['target']}`, accuracy >= {p['accuracy_floor_vs_teacher']:.1%} of the teacher's"
+             + (f", p50 <= {p['max_latency_ms']} ms" if p["max_latency_ms"] else "")
+             + (f", size <= {p['max_size_mb']} MiB" if p["max_size_mb"] else "")
+             + "; the fastest qualifying artifact (p50 at batch 1, seq 128) wins.", ""]
+    lines.append(f"**Chosen: `{sel['chosen']}`**" if sel["chosen"] else "**Nothing qualifies.**")
+    lines += [""] + [f"- {r}" for r in sel["reasons"]]
+    if sel.get("promoted"):
+        lines += ["", f"Promoted to `models/production/` (sha256 of every file in `artifact.json`, "
+                      "model card in `MODEL_CARD.md`)."]
+    lines += ["", "| rejected | rule | detail |", "|---|---|---|"]
+    lines += [f"| {r['artifact']} | {r['rule']} | {r['detail']} |" for r in sel["rejected"]]
+    lines += ["", f"Qualified, fastest first: {', '.join(sel['qualified']) or 'none'}.", ""]
+    return "\n".join(lines)
+
+
+def main(params: dict) -> None:
+    policy = section(params, "select", SelectPolicy)
+    comparison = read_report(REPORTS / "comparison.json")
+    sel = select(comparison, policy)
+    sel["promoted"] = promote(sel, comparison.get("environment", {}), MODELS, MODELS / "production")
+    if sel["promoted"] is None:  # DVC wants the output to exist: an empty folder says "nothing"
+        (MODELS / "production").mkdir(parents=True, exist_ok=True)
+    # dvc metrics read numbers: the headline of the choice, flat
+    rec = sel["record"] or {}
+    sel["summary"] = {"chosen": sel["chosen"], "accuracy": rec.get("accuracy"),
+                      "latency_ms_p50": rec.get("latency_ms_p50"), "size_mb": rec.get("size_mb")}
+    atomic_write_json(REPORTS / "selection.json", sel)
+    atomic_write_text(REPORTS / "selection.md", render(sel))
+    print(render(sel))
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,143 @@
+"""The production policy (including nothing-qualifies), promotion with hashes and a model
+card, and `compress predict` / `evaluate` on a tiny model."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from compress.cli import main
+from compress.config import ConfigError, build
+from compress.models import save_classifier
+from compress.predict import IntegrityError, load, parse_lines, predict
+from compress.select import SelectPolicy, artifact_dir, promote, select
+from conftest import REPO, tiny_model
+from test_report import ENV
+
+
+def rec(name, acc, p50, size=10.0, target="cpu", status="ok", reason=None, fmt="onnx", precision="int8"):
+    return {"artifact": name, "target": target, "status": status, "reason": reason, "stage": "x",
+            "backend": "b", "format": fmt, "precision": precision, "task": "sst2", "accuracy": acc, "f1": None,
+            "parent": "student", "latency_ms_p50": p50, "latency_ms_p99": p50 and p50 * 1.5,
+            "throughput_seq_per_s": 100.0, "size_mb": size, "num_params": 1000, "peak_mem_mb": 500.0,
+            "threads": 2}
+
+
+COMPARISON = {"environment": ENV, "records": [
+    rec("teacher", 0.90, 20.0, 80, fmt="pytorch", precision="fp32"),
+    rec("student", 0.895, 9.0, 60, fmt="pytorch", precision="fp32"),
+    rec("student_control", 0.89, 8.9, 60, fmt="pytorch", precision="fp32"),
+    rec("fast_but_bad", 0.80, 2.0, 10),
+    rec("int8", 0.890, 4.0, 50),
+    rec("smaller_int8", 0.889, 4.5, 15),
+    rec("gpu_only", None, None, target="cpu", status="skipped", reason="TensorRT engines run on NVIDIA GPUs only"),
+    rec("teacher", None, None, target="gpu", status="skipped", reason="no CUDA"),
+]}
+
+
+def test_fastest_artifact_above_the_floor_wins_with_reasons():
+    sel = select(COMPARISON, SelectPolicy(exclude=["student_control"]))
+    assert sel["chosen"] == "int8" and sel["qualified"] == ["int8", "smaller_int8", "student", "teacher"]
+    rules = {r["artifact"]: r["rule"] for r in sel["rejected"]}
+    assert rules == {"fast_but_bad": "accuracy_floor", "gpu_only": "not_measured", "student_control": "excluded"}
+    assert any("5.00x faster than the teacher" in r for r in sel["reasons"])
+
+
+def test_latency_and_size_rules():
+    sel = select(COMPARISON, SelectPolicy(max_size_mb=20))
+    assert sel["chosen"] == "smaller_int8"
+    assert {r["artifact"]: r["rule"] for r in sel["rejected"]}["int8"] == "size_cap"
+    sel = select(COMPARISON, SelectPolicy(max_latency_ms=4.2, max_size_mb=20))
+    assert sel["chosen"] is None and "size_cap" in sel["reasons"][0] and "latency_limit" in sel["reasons"][0]
+
+
+def test_nothing_qualifies_is_a_result_not_an_error(tmp_path):
+    sel = select(COMPARISON, SelectPolicy(target="gpu"))
+    assert sel["chosen"] is None and sel["record"] is None
+    assert "no artifact on gpu meets the policy" in sel["reasons"][0]
+    (tmp_path / "production").mkdir()
+    assert promote(sel, ENV, tmp_path, tmp_path / "production") is None
+    assert not (tmp_path / "production").exists()  # a stale promotion never survives
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"target": "tpu"}, "target must be one of"),
+    ({"accuracy_floor_vs_teacher": 0}, "accuracy_floor_vs_teacher"),
+    ({"max_latency_ms": -1}, "max_latency_ms"),
+    ({"max_size": 3}, "max_size_mb"),
+])
+def test_policy_rejects_bad_params(data, message):
+    with pytest.raises(ConfigError, match=message):
+        build(SelectPolicy, data, "select")
+
+
+def test_artifact_dirs_follow_the_stage_layout(tmp_path):
+    assert artifact_dir("student_trt_fp16", tmp_path) == tmp_path / "trt" / "student-fp16"
+    assert artifact_dir("student_fp16", tmp_path) == tmp_path / "student"
+    assert artifact_dir("student_onnx_int8", tmp_path) == tmp_path / "student_onnx_int8"
+
+
+@pytest.fixture
+def production(tmp_path):
+    """A tiny PyTorch model promoted by the policy, as the select stage does."""
+    model, tok = tiny_model()
+    save_classifier(model, tok, tmp_path / "models" / "tiny", ["negative", "positive"])
+    comparison = {"environment": ENV, "records": [rec("teacher", 0.5, 10.0, fmt="pytorch", precision="fp32"),
+                                                  rec("tiny", 0.5, 1.0, fmt="pytorch", precision="fp32")]}
+    sel = select(comparison, SelectPolicy())
+    meta = promote(sel, ENV, tmp_path / "models", tmp_path / "models" / "production")
+    assert meta["artifact"] == "tiny" and "model.safetensors" in meta["sha256"]
+    return tmp_path / "models" / "production"
+
+
+def test_promotion_writes_hashes_and_a_model_card(production):
+    card = (production / "MODEL_CARD.md").read_text()
+    assert "# Model card: tiny" in card and "How to load it" in card and "load_saved" in card
+    assert json.loads((production / "artifact.json").read_text())["format"] == "pytorch"
+
+
+def test_predict_on_the_production_artifact(production):
+    loaded = load(production)
+    out = predict(loaded, list(parse_lines(["a gorgeous movie", "x" * 100_000], False, "test")))
+    assert [r["label"] in ("negative", "positive") for r in out] == [True, True]
+    assert abs(sum(out[0]["probabilities"].values()) - 1) < 1e-5  # a 100,000-character line is truncated
+
+
+def test_predict_refuses_a_tampered_artifact(production):
+    with open(production / "model.safetensors", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(IntegrityError, match="does not match artifact.json"):
+        load(production)
+
+
+def test_input_errors_name_the_line():
+    with pytest.raises(Exception, match=r"in.txt:2: not valid UTF-8"):
+        list(parse_lines([b"fine\n", b"bad \xff byte\n"], False, "in.txt"))
+    with pytest.raises(Exception, match=r"in.txt:1: this task takes sentence pairs"):
+        list(parse_lines(["only one sentence\n"], True, "in.txt"))
+    assert [e.text_b for e in parse_lines(["a\tb\n"], True, "in.txt")] == ["b"]
+
+
+def test_cli_predict_file_jsonl_and_empty_input(production, tmp_path, capsys):
+    f = tmp_path / "in.txt"
+    f.write_text("a gorgeous movie\n\nboring and far too long\n", encoding="utf-8")
+    assert main(["predict", "--artifact", str(production), "--file", str(f), "--format", "jsonl"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["text"] for x in lines] == ["a gorgeous movie", "boring and far too long"]
+    f.write_text("\n", encoding="utf-8")
+    assert main(["predict", "--artifact", str(production), "--file", str(f)]) == 2
+    assert "no input texts" in capsys.readouterr().err
+
+
+def test_cli_predict_reads_standard_input(production):
+    proc = subprocess.run([sys.executable, "-m", "compress.cli", "predict", "--artifact", str(production)],
+                          input="what a film\n", capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    label, probs, text = proc.stdout.strip().split("\t")
+    assert label in ("negative", "positive") and text == "what a film" and "positive=" in probs
+
+
+def test_cli_evaluate_scores_a_glue_split(production, sst2_dir, capsys):
+    assert main(["evaluate", "--artifact", str(production), "--data", str(sst2_dir)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["rows"] == 8 and 0 <= res["accuracy"] <= 1
