@@ -86,7 +86,8 @@ def test_full_pipeline_repro_offline(tmp_path):
     assert card["splits"]["train"]["rows"] == 256
     distill = json.loads((repo / "reports/distill.json").read_text())
     assert {(r["artifact"], r["target"]) for r in distill["records"]} == {
-        (a, t) for a in ("student", "student_control") for t in ("cpu", "gpu")}
+        (a, t) for a in ("student", "student_control") for t in ("cpu", "gpu")} | {
+        ("student_fp16", "gpu"), ("student_control_fp16", "gpu")}  # FP16 runs on the GPU only
     assert distill["details"]["speedup_vs_teacher"]["student.cpu.b1_s128"] > 0
     assert distill["details"]["student"]["steps"] == distill["details"]["control"]["steps"] == 8
     prune = json.loads((repo / "reports/prune.json").read_text())
@@ -148,7 +149,8 @@ def test_full_pipeline_repro_offline(tmp_path):
     params["measure"]["min_queries"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {
-        "teacher", "distill", "prune", "quantize", "inc", "export_onnx", "onnx_int8", "tensorrt"}
+        "teacher", "distill", "prune", "quantize", "inc", "export_onnx", "onnx_int8", "tensorrt",
+        "select"}  # select: its own params changed above
 
 
 def test_mrpc_sentence_pairs_flow_through_distill_and_prune(tmp_path):
