@@ -224,15 +224,10 @@ def model_size_mb(path: Path) -> float:
 
 
 def make_session(path: Path, threads: int, label: str):
-    import onnxruntime as ort
+    from compress.onnx_export import cpu_session  # the session options every project measurement uses
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     try:
-        return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+        return cpu_session(path, threads)
     except Exception as e:  # noqa: BLE001 - a file onnxruntime cannot load is a bad input
         raise InputError(f"{label} {path}: onnxruntime cannot load it: {type(e).__name__}: {e}") from None
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from .errors import UserError
+from .predict import artifact_at  # noqa: F401 - `compress measure` and tests use it from here
 
 
 def _points(text: str) -> list[int]:
@@ -31,29 +32,6 @@ def cmd_validate_data(args) -> None:
     for split in SPLITS:
         n = sum(1 for _ in read_split(args.source, split, task))
         print(f"{split}: {n} rows OK")
-
-
-def artifact_at(path: Path, name: str | None = None):
-    """An Artifact for a directory any stage wrote, its format and precision read from
-    the files in it."""
-    from .runners import Artifact
-
-    if not path.is_dir():
-        raise SystemExit(f"error: {path}: no such artifact directory")
-    if (path / "model.engine").is_file():
-        meta = json.loads((path / "engine.json").read_text(encoding="utf-8"))
-        return Artifact(name or path.name, path, "tensorrt", meta.get("precision", "fp16"))
-    if (path / "quantization.json").is_file():
-        return Artifact(name or path.name, path, "pytorch_int8", "int8")
-    if (path / "inc_int8.json").is_file():
-        return Artifact(name or path.name, path, "pytorch_inc", "int8")
-    if (path / "model.onnx").is_file():
-        from .onnx_export import op_counts
-
-        ops = op_counts(path / "model.onnx")
-        int8 = any(op in ops for op in ("MatMulInteger", "QAttention", "DynamicQuantizeMatMul", "QGemm"))
-        return Artifact(name or path.name, path, "onnx", "int8" if int8 else "fp32")
-    return Artifact(name or path.name, path)
 
 
 def cmd_measure(args) -> None:

@@ -43,6 +43,29 @@ def verify(path: Path) -> dict | None:
     return meta
 
 
+def artifact_at(path: Path, name: str | None = None):
+    """An Artifact for a directory any stage wrote, its format and precision read from
+    the files in it."""
+    from .runners import Artifact
+
+    if not path.is_dir():
+        raise SystemExit(f"error: {path}: no such artifact directory")
+    if (path / "model.engine").is_file():
+        meta = json.loads((path / "engine.json").read_text(encoding="utf-8"))
+        return Artifact(name or path.name, path, "tensorrt", meta.get("precision", "fp16"))
+    if (path / "quantization.json").is_file():
+        return Artifact(name or path.name, path, "pytorch_int8", "int8")
+    if (path / "inc_int8.json").is_file():
+        return Artifact(name or path.name, path, "pytorch_inc", "int8")
+    if (path / "model.onnx").is_file():
+        from .onnx_export import op_counts
+        from .onnx_runtime import QUANT_OPS
+
+        int8 = bool(QUANT_OPS & set(op_counts(path / "model.onnx")))
+        return Artifact(name or path.name, path, "onnx", "int8" if int8 else "fp32")
+    return Artifact(name or path.name, path)
+
+
 @dataclass
 class Loaded:
     runner: object
@@ -55,7 +78,6 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
          threads: int = 2) -> Loaded:
     from transformers import AutoConfig
 
-    from .cli import artifact_at
     from .runners import load_runner, skip_reason
 
     path = Path(path)

@@ -19,13 +19,13 @@ and a model card.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .config import check
+from .data import sha256_file
 from .io import atomic_dir
 
 TEACHER = "teacher"
@@ -118,14 +118,7 @@ def artifact_dir(name: str, models_dir: Path) -> Path:
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
-    out = {}
-    for f in sorted(p for p in folder.iterdir() if p.is_file()):
-        h = hashlib.sha256()
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        out[f.name] = h.hexdigest()
-    return out
+    return {f.name: sha256_file(f) for f in sorted(p for p in folder.iterdir() if p.is_file())}
 
 
 def model_card(selection: dict, environment: dict) -> str:
