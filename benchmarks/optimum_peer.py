@@ -499,24 +499,14 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(args.json, res)
         print(f"wrote {args.json}")
     if args.readme is not None:
-        update_readme_block(args.readme, render(res))
+        from compress.io import replace_block
+
+        replace_block(args.readme, PEER_START, PEER_END, render(res))
         print(f"updated {args.readme}")
     return 0
 
 
 PEER_START, PEER_END = "<!-- peer:start -->", "<!-- peer:end -->"
-
-
-def update_readme_block(readme: Path, text: str) -> None:
-    """Replace the peer block of the README with this run's table (measured, not typed)."""
-    from compress.io import atomic_write_text
-
-    content = readme.read_text(encoding="utf-8")
-    if PEER_START not in content or PEER_END not in content:
-        raise SystemExit(f"error: {readme} has no '{PEER_START}' ... '{PEER_END}' block")
-    head, rest = content.split(PEER_START, 1)
-    _, tail = rest.split(PEER_END, 1)
-    atomic_write_text(readme, f"{head}{PEER_START}\n{text}\n{PEER_END}{tail}")
 
 
 if __name__ == "__main__":

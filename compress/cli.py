@@ -53,17 +53,24 @@ def cmd_measure(args) -> None:
 
 
 def cmd_report(args) -> None:
+    from . import comparison
+    from .html_report import render_html
     from .io import atomic_write_text
-    from .report import read_report, render_comparison_markdown, render_markdown, update_readme
+    from .report import read_report, render_markdown
 
     for p in args.reports:
         report = read_report(p)
         out = Path(p).with_suffix(".md")
-        render = render_comparison_markdown if report["stage"] == "comparison" else render_markdown
-        atomic_write_text(out, render(report))
+        if report["stage"] == "comparison":
+            atomic_write_text(out, comparison.render_markdown(report))
+            html = out.with_suffix(".html")
+            atomic_write_text(html, render_html(report))
+            print(f"wrote {html}")
+        else:
+            atomic_write_text(out, render_markdown(report))
         print(f"wrote {out}")
         if args.readme and report["stage"] == "comparison":
-            changed = update_readme(args.readme, report)
+            changed = comparison.update_readme(args.readme, report)
             print(f"{'updated' if changed else 'unchanged'}: results table in {args.readme}")
 
 
@@ -131,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", help="also write the report JSON here")
     s.set_defaults(func=cmd_measure)
 
-    s = sub.add_parser("report", help="re-render Markdown reports from their JSON")
+    s = sub.add_parser("report", help="re-render Markdown reports (and the comparison's HTML page) from their JSON")
     s.add_argument("reports", nargs="+", help="report JSON files, e.g. reports/teacher.json")
     s.add_argument("--readme", help="also refresh the results table in this README from comparison.json")
     s.set_defaults(func=cmd_report)

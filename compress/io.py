@@ -64,3 +64,18 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, data) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def replace_block(path: str | Path, start: str, end: str, text: str) -> bool:
+    """Replace what lies between the marker lines `start` and `end` in a text file (a
+    generated block of a README); True when the file changed."""
+    path = Path(path)
+    content = path.read_text(encoding="utf-8")
+    if start not in content or end not in content:
+        raise ValueError(f"{path}: no '{start}' ... '{end}' block to fill")
+    head, rest = content.split(start, 1)
+    _, tail = rest.split(end, 1)
+    new = f"{head}{start}\n{text}\n{end}{tail}"
+    if new != content:
+        atomic_write_text(path, new)
+    return new != content

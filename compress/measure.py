@@ -26,12 +26,10 @@ import numpy as np
 from .config import check
 from .data import Prepared, sha256_file
 from .metrics import classification_metrics
-from .report import LatencyPoint, Record
+from .report import HEADLINE_LATENCY, HEADLINE_THROUGHPUT, LatencyPoint, Record
 from .runners import Artifact, cuda_unavailable, skip_reason
 
 TARGETS = ("cpu", "gpu")
-HEADLINE_LATENCY = (1, 128)  # the point reported as latency_ms_* in the record
-HEADLINE_THROUGHPUT = (32, 128)  # the point reported as throughput_seq_per_s
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from pathlib import Path
 from .io import atomic_write_json, atomic_write_text
 
 SCHEMA_VERSION = 1
+HEADLINE_LATENCY = (1, 128)  # (batch, seq) of the latency_ms_* fields
+HEADLINE_THROUGHPUT = (32, 128)  # (batch, seq) of throughput_seq_per_s
 STATUSES = ("ok", "skipped", "failed")
 
 
@@ -253,52 +255,6 @@ def build_comparison(reports: list[dict]) -> dict:
     records = list(by_key.values())
     return {"schema_version": SCHEMA_VERSION, "stage": "comparison", "stages": stages,
             "summary": summarize(records), "records": records, "environment": env}
-
-
-def render_comparison_markdown(comparison: dict) -> str:
-    records = comparison["records"]
-    return "\n".join([
-        "# Comparison of all artifacts", "",
-        f"Stages: {', '.join(comparison['stages'])}. Generated from `reports/comparison.json`.", "",
-        records_table(records), "", "## Environment", "",
-        environment_lines(comparison.get("environment", {})), ""])
-
-
-# --- README results block ----------------------------------------------------------------
-
-README_START, README_END = "<!-- results:start -->", "<!-- results:end -->"
-
-
-def results_table(comparison: dict) -> str:
-    """The compact table the README shows: one row per artifact and target."""
-    lines = ["| artifact | target | status | accuracy | p50 ms (1×128) | p99 ms (1×128) "
-             "| throughput seq/s (32×128) | size MiB | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in comparison["records"]:
-        status = r["status"] if r["status"] == "ok" else f"{r['status']} ({r['reason']})"
-        lines.append(f"| {r['artifact']} | {r['target']} | {status} | {_pct(r.get('accuracy'))} "
-                     f"| {_fmt(r.get('latency_ms_p50'))} | {_fmt(r.get('latency_ms_p99'))} "
-                     f"| {_fmt(r.get('throughput_seq_per_s'), 1)} | {_fmt(r.get('size_mb'), 1)} "
-                     f"| {_fmt(r.get('peak_mem_mb'), 0)} |")
-    env = comparison.get("environment", {})
-    lines += ["", f"Measured on {env.get('cpu_model', '?')} with {env.get('threads', '?')} threads, "
-                  f"torch {env.get('libraries', {}).get('torch', '?')}; "
-                  f"GPU: {env.get('gpu_name') or 'none'}."]
-    return "\n".join(lines)
-
-
-def update_readme(readme: str | Path, comparison: dict) -> bool:
-    """Replace the block between the results markers; True when the file changed."""
-    readme = Path(readme)
-    text = readme.read_text(encoding="utf-8")
-    if README_START not in text or README_END not in text:
-        raise ValueError(f"{readme}: no '{README_START}' ... '{README_END}' block to fill")
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    new = f"{head}{README_START}\n{results_table(comparison)}\n{README_END}{tail}"
-    if new != text:
-        atomic_write_text(readme, new)
-    return new != text
 
 
 def speedups(records: list[dict], reference: list[dict]) -> dict:

@@ -58,6 +58,17 @@ class Artifact:
         return files
 
 
+def artifact_dir(name: str, models_dir: Path) -> Path:
+    """Where a stage wrote an artifact, by the pipeline's naming convention."""
+    models_dir = Path(models_dir)
+    if "_trt_" in name:
+        parent, precision = name.rsplit("_trt_", 1)
+        return models_dir / "trt" / f"{parent}-{precision}"
+    if name.endswith("_fp16") and not (models_dir / name).is_dir():
+        return models_dir / name[: -len("_fp16")]  # cast to FP16 at load: same files
+    return models_dir / name
+
+
 def cuda_unavailable() -> str | None:
     """None when PyTorch can use a CUDA device, else why not."""
     if torch.version.cuda is None:

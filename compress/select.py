@@ -10,7 +10,9 @@ rule each one failed:
 - `size_cap`: weight files above `max_size_mb`;
 
 then picks the fastest survivor by p50 latency at batch 1, seq 128 (ties: smaller size,
-then name). Nothing qualifying is a result, not an error: `chosen` is None and the
+then name). Those p50s are the comparison's, where the benchmark stage measured every
+artifact in one run; the choice's speed-ups over the teacher and the reference rows
+(bert-base FP32) in `speedup_vs` divide figures of that one run. Nothing qualifying is a result, not an error: `chosen` is None and the
 reason says which rules eliminated everyone.
 
 `promote(selection, models_dir, out_dir)` copies the chosen artifact's directory to
@@ -27,6 +29,7 @@ from pathlib import Path
 from .config import check
 from .data import sha256_file
 from .io import atomic_dir
+from .runners import artifact_dir
 
 TEACHER = "teacher"
 TARGETS = ("cpu", "gpu")
@@ -85,7 +88,7 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
            "qualified": [r["artifact"] for r in survivors], "rejected": rejected}
     if not survivors:
         rules = sorted({x["rule"] for x in rejected})
-        out.update(chosen=None, record=None,
+        out.update(chosen=None, record=None, speedup_vs={},
                    reasons=[f"no artifact on {policy.target} meets the policy; rules that eliminated "
                             f"candidates: {', '.join(rules) or 'no candidates at all'}"])
         return out
@@ -94,28 +97,28 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
                f"seq 128",
                f"keeps {best['accuracy'] / teacher_acc:.2%} of the teacher's accuracy "
                f"(floor {policy.accuracy_floor_vs_teacher:.2%})"]
-    if teacher and teacher.get("latency_ms_p50"):
-        reasons.append(f"{teacher['latency_ms_p50'] / best['latency_ms_p50']:.2f}x faster than the teacher "
-                       f"({teacher['latency_ms_p50']:.2f} ms)")
+    speedups = {}
+    for ref in [r for r in records if r["artifact"] in (TEACHER, *comparison.get("references", []))]:
+        if ref["status"] == "ok" and ref.get("latency_ms_p50"):
+            speedups[ref["artifact"]] = round(ref["latency_ms_p50"] / best["latency_ms_p50"], 3)
+            reasons.append(f"{speedups[ref['artifact']]:.2f}x faster than {ref['artifact']} ({ref['format']} "
+                           f"{ref['precision']}, p50 {ref['latency_ms_p50']:.2f} ms"
+                           + (", same run)" if _same_run(comparison, ref, best) else ", a different run)"))
     if len(survivors) > 1:
         runner_up = survivors[1]
         reasons.append(f"next: {runner_up['artifact']} at {runner_up['latency_ms_p50']:.2f} ms")
-    out.update(chosen=best["artifact"], record=best, reasons=reasons)
+    out.update(chosen=best["artifact"], record=best, reasons=reasons, speedup_vs=speedups)
     return out
 
 
+def _same_run(comparison: dict, *records: dict) -> bool:
+    """True when the benchmark measured all these records in its one run."""
+    from_stage = comparison.get("latency_from_stage", [])
+    return "benchmark" in comparison.get("stages", []) and all(
+        f"{r['artifact']}/{r['target']}" not in from_stage for r in records)
+
+
 # --- promotion ---------------------------------------------------------------------------
-
-def artifact_dir(name: str, models_dir: Path) -> Path:
-    """Where a stage wrote an artifact, by the pipeline's naming convention."""
-    models_dir = Path(models_dir)
-    if "_trt_" in name:
-        parent, precision = name.rsplit("_trt_", 1)
-        return models_dir / "trt" / f"{parent}-{precision}"
-    if name.endswith("_fp16") and not (models_dir / name).is_dir():
-        return models_dir / name[: -len("_fp16")]  # cast to FP16 at load: same files
-    return models_dir / name
-
 
 def file_hashes(folder: Path) -> dict[str, str]:
     return {f.name: sha256_file(f) for f in sorted(p for p in folder.iterdir() if p.is_file())}

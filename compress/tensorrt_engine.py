@@ -52,6 +52,7 @@ from .data import sha256_file
 from .errors import UserError
 from .io import atomic_dir, atomic_write_json
 from .models import load_tokenizer
+from .onnx_export import count_initializer_params
 from .runners import Artifact, cuda_unavailable
 
 PRECISIONS = ("fp16", "int8")
@@ -181,21 +182,6 @@ def resolve_onnx(path: str | Path) -> Path:
     return path
 
 
-_FLOAT_TYPES = (1, 10, 11, 16)  # onnx.TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
-
-
-def onnx_num_params(onnx_path: str | Path) -> int:
-    """Weights stored in the ONNX graph: the elements of its floating-point initializers.
-
-    Equals the PyTorch parameter count for an exported BERT (folded weights replace their
-    originals; int64 buffers such as position_ids are not floats). One caveat: the
-    TorchScript exporter stores initializers with identical values once, so a model whose
-    biases are still all zeros (random init) counts them once."""
-    import onnx
-
-    model = onnx.load(str(onnx_path), load_external_data=False)
-    return sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer
-               if t.data_type in _FLOAT_TYPES)
 
 
 def onnx_num_labels(onnx_path: str | Path) -> int | None:
@@ -483,7 +469,7 @@ def build_engine(onnx_path: str | Path, out_dir: str | Path, precision: str, cfg
             "recipe": recipe,
             "shapes": {"min": list(cfg.min_shape), "opt": list(cfg.opt_shape), "max": list(cfg.max_shape)},
             "inputs": info["inputs"],
-            "num_params": onnx_num_params(onnx_path),
+            "num_params": count_initializer_params(onnx_path),
             "num_labels": labels,
             "tensorrt_version": trt.__version__,
             "gpu": torch.cuda.get_device_name(),

@@ -37,7 +37,8 @@ def main(params: dict) -> None:
     # dvc metrics read numbers: the headline of the choice, flat
     rec = sel["record"] or {}
     sel["summary"] = {"chosen": sel["chosen"], "accuracy": rec.get("accuracy"),
-                      "latency_ms_p50": rec.get("latency_ms_p50"), "size_mb": rec.get("size_mb")}
+                      "latency_ms_p50": rec.get("latency_ms_p50"), "size_mb": rec.get("size_mb"),
+                      **{f"speedup_vs_{k}": v for k, v in sel["speedup_vs"].items()}}
     atomic_write_json(REPORTS / "selection.json", sel)
     atomic_write_text(REPORTS / "selection.md", render(sel))
     print(render(sel))

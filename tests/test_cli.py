@@ -34,19 +34,6 @@ def test_measure_any_model_directory(tiny_model_dir, prepared_sst2, tmp_path, ca
     assert "| tiny | cpu | ok |" in capsys.readouterr().out
 
 
-def test_report_rerenders_markdown_and_readme(tmp_path, capsys):
-    from compress.report import build_comparison, make_report
-
-    comp = build_comparison([make_report("teacher", [ok_record().to_dict()], ENV)])
-    path = tmp_path / "comparison.json"
-    path.write_text(json.dumps(comp))
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n<!-- results:start -->\n<!-- results:end -->\n")
-    assert main(["report", str(path), "--readme", str(readme)]) == 0
-    assert (tmp_path / "comparison.md").read_text().startswith("# Comparison of all artifacts")
-    assert "| teacher | cpu | ok | 90.00% |" in readme.read_text()
-
-
 def test_artifact_format_is_read_from_the_directory(tiny_model_dir, tmp_path):
     from compress.cli import artifact_at
     from compress.quantize import QuantizeConfig, quantize_checkpoint

@@ -33,6 +33,8 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
         "inc": {"calibration_rows": 32, "max_trials": 2, "on_miss": "best"},
         "tensorrt": {"calibration_rows": 16},
         "measure": TINY_MEASURE,
+        "benchmark": {"seq_lens": [16, 128], "batch_sizes": [1, 32], "reference": "random:tiny",
+                      "warmup_queries": 1, "min_queries": 3, "min_duration_s": 0.0},
     }
 
 
@@ -116,6 +118,19 @@ def test_full_pipeline_repro_offline(tmp_path):
                          "student_onnx_int8", "student_pruned_onnx_int8", "student_trt_fp16",
                          "student_trt_int8", "student_pruned_trt_fp16", "student_pruned_trt_int8"}
 
+    # One run measured every artifact and the reference; the comparison divides its figures.
+    bench = json.loads((repo / "reports/benchmark.json").read_text())
+    ref = next(r for r in bench["records"] if r["artifact"] == "bert_base_reference" and r["target"] == "cpu")
+    assert ref["status"] == "ok" and ref["accuracy"] is None and len(ref["points"]) == 3  # 1x16, 1x128, 32x128
+    assert "student_control" not in {r["artifact"] for r in bench["records"]}  # params: exclude
+    assert comparison["same_run_speedups"]["vs_teacher"]["student_onnx_int8"]["cpu"] > 0
+    assert "student_control/cpu" in comparison["latency_from_stage"]  # not benchmarked: its stage's figure
+    assert all(x.startswith("student_control") for x in comparison["latency_from_stage"])
+    page = (repo / "reports/comparison.html").read_text()
+    assert page.count("<svg") == 3 and "student_pruned_onnx_int8" in page
+    seq_csv = (repo / "reports/plots/compare/latency_vs_seq_cpu.csv").read_text().splitlines()
+    assert seq_csv[0].startswith("seq_len,bert_base_reference,teacher,") and len(seq_csv) == 3
+
     # The policy's choice (or a clear "nothing qualifies"), promoted with hashes.
     selection = json.loads((repo / "reports/selection.json").read_text())
     assert selection["reasons"] and len(selection["rejected"]) + len(selection["qualified"]) == selection["candidates"]
@@ -146,11 +161,14 @@ def test_full_pipeline_repro_offline(tmp_path):
     params["select"]["max_size_mb"] = 1000.0
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8", "select"}
+    params["benchmark"]["min_queries"] = 4
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8", "select", "benchmark"}
     params["measure"]["min_queries"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {
         "teacher", "distill", "prune", "quantize", "inc", "export_onnx", "onnx_int8", "tensorrt",
-        "select"}  # select: its own params changed above
+        "select", "benchmark"}  # select, benchmark: their own params changed above
 
 
 def test_mrpc_sentence_pairs_flow_through_distill_and_prune(tmp_path):

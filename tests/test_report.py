@@ -66,19 +66,3 @@ def test_comparison_keeps_one_record_per_artifact_and_target():
     required = {"artifact", "target", "status", "reason", "accuracy", "latency_ms_p50",
                 "throughput_seq_per_s", "size_mb", "peak_mem_mb"}
     assert all(required <= set(r) for r in comp["records"])
-
-
-def test_readme_results_block_is_rewritten_in_place(tmp_path):
-    from compress.report import update_readme
-
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- results:start -->\nold\n<!-- results:end -->\noutro\n")
-    comp = build_comparison([make_report("teacher", [ok_record().to_dict()], ENV)])
-    assert update_readme(readme, comp) is True
-    text = readme.read_text()
-    assert text.startswith("intro\n<!-- results:start -->\n| artifact |") and text.endswith("<!-- results:end -->\noutro\n")
-    assert "| teacher | cpu | ok | 90.00% | 10.00 | 12.00 | 160.0 | 86.7 | 900 |" in text
-    assert "old" not in text and update_readme(readme, comp) is False
-    readme.write_text("no markers")
-    with pytest.raises(ValueError, match="no '<!-- results:start -->'"):
-        update_readme(readme, comp)

@@ -10,7 +10,8 @@ from compress.cli import main
 from compress.config import ConfigError, build
 from compress.models import save_classifier
 from compress.predict import IntegrityError, load, parse_lines, predict
-from compress.select import SelectPolicy, artifact_dir, promote, select
+from compress.runners import artifact_dir
+from compress.select import SelectPolicy, promote, select
 from conftest import REPO, tiny_model
 from test_report import ENV
 
@@ -40,7 +41,23 @@ def test_fastest_artifact_above_the_floor_wins_with_reasons():
     assert sel["chosen"] == "int8" and sel["qualified"] == ["int8", "smaller_int8", "student", "teacher"]
     rules = {r["artifact"]: r["rule"] for r in sel["rejected"]}
     assert rules == {"fast_but_bad": "accuracy_floor", "gpu_only": "not_measured", "student_control": "excluded"}
-    assert any("5.00x faster than the teacher" in r for r in sel["reasons"])
+    assert any("5.00x faster than teacher (pytorch fp32, p50 20.00 ms, a different run)" in r
+               for r in sel["reasons"])
+    assert sel["speedup_vs"] == {"teacher": 5.0}
+
+
+def test_speedups_vs_teacher_and_reference_from_the_one_run():
+    """With the benchmark in the comparison, the choice is divided by the teacher and the
+    bert-base reference of the same run; the reference itself is never a candidate."""
+    comp = {**COMPARISON, "stages": ["teacher", "benchmark"], "references": ["bert_base_reference"],
+            "latency_from_stage": [],
+            "records": COMPARISON["records"] + [rec("bert_base_reference", None, 110.0, 418, fmt="pytorch",
+                                                    precision="fp32")]}
+    sel = select(comp, SelectPolicy(exclude=["student_control"]))
+    assert sel["chosen"] == "int8" and sel["speedup_vs"] == {"teacher": 5.0, "bert_base_reference": 27.5}
+    assert {r["artifact"]: r["rule"] for r in sel["rejected"]}["bert_base_reference"] == "no_accuracy"
+    assert any("27.50x faster than bert_base_reference (pytorch fp32, p50 110.00 ms, same run)" in r
+               for r in sel["reasons"])
 
 
 def test_latency_and_size_rules():

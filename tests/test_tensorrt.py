@@ -12,6 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pytest
+
+from compress.onnx_export import count_initializer_params
 import torch
 
 from compress import tensorrt_engine as te
@@ -21,7 +23,7 @@ from compress.errors import UserError
 from compress.models import count_parameters
 from compress.runners import Artifact, load_runner, skip_reason
 from compress.tensorrt_engine import (EngineBuildError, EngineConfig, TrtRunner, build_engine, build_engines,
-                                      onnx_num_params, parity_check, prepare_onnx, resolve_onnx, take_rows,
+                                      parity_check, prepare_onnx, resolve_onnx, take_rows,
                                       tensorrt_unavailable, training_batches)
 from conftest import REPO, tiny_model
 
@@ -152,7 +154,8 @@ def test_module_does_not_import_tensorrt():
 # --- the graphs TensorRT builds (ONNX Runtime on the CPU) --------------------------------
 
 def test_num_params_match_pytorch(export):
-    assert onnx_num_params(export.onnx) == export.num_params
+    # what a TensorRT engine's meta records: the plain graph's initializers, PyTorch's count
+    assert count_initializer_params(export.onnx) == export.num_params
 
 
 def test_resolve_onnx(export, tmp_path):

@@ -1,0 +1,166 @@
+"""The comparison (stage reports joined with the one-run benchmark) and its renderings:
+Markdown, the self-contained HTML page, the CSVs behind dvc.yaml's plots, the README
+block; all from the fixture reports in tests/fixtures/reports."""
+import csv
+import json
+import re
+import shutil
+
+import pytest
+
+from compress import comparison as C
+from compress.benchmark import BenchmarkConfig
+from compress.cli import main
+from compress.config import ConfigError, build
+from compress.html_report import render_html
+from compress.report import read_report
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "reports"
+STAGES = ["teacher", "distill", "onnx_int8", "tensorrt"]
+
+
+@pytest.fixture()
+def comp():
+    return C.build([read_report(FIXTURES / f"{s}.json") for s in STAGES], read_report(FIXTURES / "benchmark.json"))
+
+
+def test_latency_comes_from_the_one_run_accuracy_from_the_stage(comp):
+    stage = {r["artifact"]: r for r in read_report(FIXTURES / "onnx_int8.json")["records"] if r["target"] == "cpu"}
+    bench = {r["artifact"]: r for r in read_report(FIXTURES / "benchmark.json")["records"] if r["target"] == "cpu"}
+    row = next(r for r in comp["records"] if r["artifact"] == "student_onnx_int8" and r["target"] == "cpu")
+    assert row["accuracy"] == stage["student_onnx_int8"]["accuracy"]  # the benchmark has no accuracy
+    assert row["latency_ms_p50"] == bench["student_onnx_int8"]["latency_ms_p50"] != stage["student_onnx_int8"][
+        "latency_ms_p50"]
+    assert row["points"] == bench["student_onnx_int8"]["points"] and row["stage"] == "onnx_int8"
+    assert comp["stages"][-1] == "benchmark" and comp["references"] == ["bert_base_reference"]
+    ref = next(r for r in comp["records"] if r["artifact"] == "bert_base_reference" and r["target"] == "cpu")
+    assert ref["accuracy"] is None and ref["num_params"] > 100_000_000
+    assert comp["latency_from_stage"] == []
+
+
+def test_same_run_speedups_divide_the_benchmark_p50s(comp):
+    bench = {r["artifact"]: r["latency_ms_p50"] for r in read_report(FIXTURES / "benchmark.json")["records"]
+             if r["target"] == "cpu" and r["status"] == "ok"}
+    s = comp["same_run_speedups"]
+    assert s["vs_teacher"]["student_pruned_onnx_int8"]["cpu"] == round(
+        bench["teacher"] / bench["student_pruned_onnx_int8"], 3)
+    assert s["vs_bert_base_reference"]["student_pruned_onnx_int8"]["cpu"] == round(
+        bench["bert_base_reference"] / bench["student_pruned_onnx_int8"], 3)
+    assert "gpu" not in s["vs_teacher"]["teacher"]  # skipped there
+
+
+def test_without_a_benchmark_rows_say_their_latency_is_from_the_stage():
+    comp = C.build([read_report(FIXTURES / f"{s}.json") for s in STAGES], None)
+    assert "student/cpu" in comp["latency_from_stage"] and comp["same_run_speedups"] == {}
+    assert all(not x["same_run"] for x in C.table_rows(comp, "cpu"))
+    assert "student † |" in C.render_markdown(comp)
+
+
+def test_pareto_front():
+    rows = [{"artifact": a, "accuracy": acc, "latency_ms_p50": ms} for a, acc, ms in
+            [("slow_best", 0.90, 20), ("mid", 0.89, 5), ("dominated", 0.88, 6), ("fast", 0.85, 1),
+             ("tie_slower", 0.85, 2), ("ref", None, 100)]]
+    assert C.pareto_front(rows) == ["fast", "mid", "slow_best"]
+
+
+def test_table_rows_fastest_first_with_references_last(comp):
+    rows = C.table_rows(comp, "cpu")
+    names = [r["artifact"] for r in rows]
+    assert names == ["student_pruned_onnx_int8", "student_onnx_int8", "student", "teacher", "bert_base_reference"]
+    teacher = next(r for r in rows if r["artifact"] == "teacher")
+    pruned = rows[0]
+    assert teacher["accuracy_delta_pts"] == 0.0 and pruned["accuracy_delta_pts"] == round(100 * (0.8899 - 0.8956), 2)
+    assert rows[-1]["reference"] and rows[-1]["accuracy_delta_pts"] is None
+    assert C.table_rows(comp, "gpu") == [] and C.targets_measured(comp) == ["cpu"]
+
+
+def test_sweeps(comp):
+    seq = C.sweep(comp, "cpu", "seq")
+    assert [x for x, _ in seq["teacher"]] == [16, 32, 64, 128, 256, 512]
+    assert all(a < b for (_, a), (_, b) in zip(seq["teacher"], seq["teacher"][1:]))  # longer: slower
+    batch = C.sweep(comp, "cpu", "batch")
+    assert [x for x, _ in batch["student"]] == [1, 4, 16, 32]
+
+
+def test_markdown_shows_tables_sweeps_and_what_was_not_measured(comp):
+    md = C.render_markdown(comp)
+    assert "| student_pruned_onnx_int8 ★ | onnx | int8 | 50.2 | 16,818,818 | 88.99% | -0.57 |" in md
+    assert "| bert_base_reference | pytorch | fp32 | 417.7 | 109,483,778 | n/a (random weights) | – |" in md
+    assert "### Latency p50 (ms) against sequence length, batch 1, cpu" in md and "| seq 512 |" in md
+    assert "- student_trt_fp16 / cpu: skipped: TensorRT engines run on NVIDIA GPUs only" in md
+
+
+def test_html_page_is_self_contained_and_complete(comp):
+    page = render_html(comp)
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    # nothing fetched: no scripts, stylesheets, images or fonts by URL
+    assert not re.search(r"<script|<link|<img|<iframe|@import|url\((?!#)", page)  # url(#id): in-page SVG
+    assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", page)
+    assert page.count("<svg") == 3  # accuracy/latency, latency/seq, throughput/batch on the CPU
+    for text in ("student_pruned_onnx_int8", "Pareto front", "n/a (random weights)", "Test CPU",
+                 "avx512_vnni", "torch 2.13.0+cpu", "ab" * 32, "cd" * 32, "TensorRT engines run on NVIDIA GPUs only",
+                 "sequence length", "batch size"):
+        assert text in page, text
+    assert render_html(comp) == page  # deterministic: an unchanged comparison gives the same bytes
+
+
+def test_plot_csvs_for_dvc(comp, tmp_path):
+    names = ["bert_base_reference", "teacher", "student", "student_int8_torch"]
+    files = C.write_plot_data(comp, tmp_path, names)
+    assert sorted(f.name for f in files) == ["accuracy_latency_cpu.csv", "accuracy_latency_gpu.csv",
+                                             "latency_vs_seq_cpu.csv", "throughput_vs_batch_cpu.csv"]
+    rows = list(csv.DictReader(open(tmp_path / "accuracy_latency_cpu.csv")))
+    assert {r["artifact"] for r in rows} == {"teacher", "student", "student_onnx_int8", "student_pruned_onnx_int8"}
+    assert {r["artifact"] for r in rows if r["pareto"] == "1"} == {"teacher", "student_onnx_int8",
+                                                                 "student_pruned_onnx_int8"}
+    seq = list(csv.DictReader(open(tmp_path / "latency_vs_seq_cpu.csv")))
+    assert [int(r["seq_len"]) for r in seq] == [16, 32, 64, 128, 256, 512]
+    assert seq[0]["student_int8_torch"] == ""  # not in this comparison: an empty column, not missing
+    assert list(csv.DictReader(open(tmp_path / "accuracy_latency_gpu.csv"))) == []
+
+
+def test_readme_block_is_rewritten_in_place(comp, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results:start -->\nold\n<!-- results:end -->\noutro\n")
+    assert C.update_readme(readme, comp) is True
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- results:start -->\n**CPU**") and text.endswith("<!-- results:end -->\noutro\n")
+    assert "| teacher ★ | pytorch | fp32 |" in text and "old" not in text
+    assert C.update_readme(readme, comp) is False
+    readme.write_text("no markers")
+    with pytest.raises(ValueError, match="no '<!-- results:start -->'"):
+        C.update_readme(readme, comp)
+
+
+def test_cli_report_rerenders_markdown_html_and_readme(comp, tmp_path, capsys):
+    path = tmp_path / "comparison.json"
+    path.write_text(json.dumps(comp))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
+    assert main(["report", str(path), "--readme", str(readme)]) == 0
+    assert (tmp_path / "comparison.md").read_text() == C.render_markdown(comp)
+    assert (tmp_path / "comparison.html").read_text() == render_html(comp)
+    assert "**CPU**" in readme.read_text()
+    shutil.copy(FIXTURES / "teacher.json", tmp_path / "teacher.json")
+    assert main(["report", str(tmp_path / "teacher.json")]) == 0
+    assert (tmp_path / "teacher.md").read_text().startswith("# Report: teacher")
+    assert not (tmp_path / "teacher.html").exists()
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"seq_lens": [16, 64]}, "must include 128"),
+    ({"batch_sizes": [1, 8]}, "must include 32"),
+    ({"seq_lens": [128, 1024]}, "512 positions"),
+    ({"targets": ["tpu"]}, "targets must be"),
+    ({"min_duration_s": 5, "max_duration_s": 1}, "min_duration_s"),
+    ({"seq_len": [128]}, "Did you mean 'seq_lens'"),
+])
+def test_benchmark_config_rejects_bad_params(data, message):
+    with pytest.raises(ConfigError, match=message):
+        build(BenchmarkConfig, data, "benchmark")
+
+
+def test_benchmark_points_cover_both_sweeps_once():
+    cfg = BenchmarkConfig(seq_lens=[128, 16], batch_sizes=[32, 1])
+    assert cfg.points() == [[1, 16], [1, 128], [32, 128]]
