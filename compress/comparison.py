@@ -119,9 +119,13 @@ def pareto_front(rows: list[dict]) -> list[str]:
 
 def sweep(comp: dict, target: str, kind: str) -> dict[str, list[tuple[int, float]]]:
     """kind "seq": {artifact: [(seq_len, p50 ms)]} at batch 1; kind "batch":
-    {artifact: [(batch, seq/s)]} at seq 128. Points that did not run are left out."""
+    {artifact: [(batch, seq/s)]} at seq 128, for the artifacts of the one benchmark run.
+    Points that did not run are left out."""
     out = {}
+    other_runs = set(comp.get("latency_from_stage", []))
     for r in _ok(comp["records"], target):
+        if f"{r['artifact']}/{target}" in other_runs:
+            continue  # a curve mixes no runs: only the benchmark's artifacts are swept
         pts = []
         for p in r.get("points", []):
             if p["status"] != "ok":
@@ -165,7 +169,7 @@ def sweep_markdown(comp: dict, target: str, kind: str) -> str:
         return "(not measured)"
     xs = sorted({x for pts in data.values() for x, _ in pts})
     head = "seq" if kind == "seq" else "batch"
-    lines = [f"| artifact | " + " | ".join(f"{head} {x}" for x in xs) + " |", "|---|" + "---|" * len(xs)]
+    lines = ["| artifact | " + " | ".join(f"{head} {x}" for x in xs) + " |", "|---|" + "---|" * len(xs)]
     for name, pts in data.items():
         d = dict(pts)
         lines.append(f"| {name} | " + " | ".join(_fmt(d.get(x), 2 if kind == "seq" else 1) for x in xs) + " |")

@@ -24,6 +24,7 @@ h1{font-size:1.6em;margin-bottom:4px} h2{margin-top:32px;border-bottom:1px solid
 p.note{color:#555;font-size:.92em;max-width:1000px}
 table{border-collapse:collapse;font-size:.85em;margin:8px 0 16px}
 th,td{border:1px solid #ddd;padding:4px 7px;text-align:right;white-space:nowrap}
+td.w{text-align:left;white-space:normal;max-width:1000px}
 th{background:#f3f5f7;text-align:center;white-space:normal;min-width:48px}
 .scroll{overflow-x:auto} td.l{text-align:left}
 tr.front td:first-child{font-weight:600} tr.ref td{color:#666;font-style:italic}
@@ -65,12 +66,16 @@ def accuracy_latency_svg(comp: dict, target: str) -> str:
     front = C.pareto_front(rows)
     fig, ax = plt.subplots(figsize=(7.2, 4.4))
     scored = [r for r in rows if r["accuracy"] is not None and r["latency_ms_p50"]]
+    number = {r["artifact"]: i for i, r in enumerate(rows, 1)}  # the table's "#" column
     for r in scored:
         ax.scatter(r["latency_ms_p50"], 100 * r["accuracy"], s=8 + 2.2 * (r["size_mb"] or 0),
                    color=FORMAT_COLORS.get(r["format"], "#777"), alpha=.75,
                    edgecolors="black" if r["artifact"] in front else "none", linewidths=1.2, zorder=3)
-        ax.annotate(r["artifact"], (r["latency_ms_p50"], 100 * r["accuracy"]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
+        # Names for the front and the teacher; the rest (often a dense cluster) by table row.
+        named = r["artifact"] in front or r["artifact"] == C.TEACHER
+        label = f"{number[r['artifact']]} {r['artifact']}" if named else str(number[r["artifact"]])
+        ax.annotate(label, (r["latency_ms_p50"], 100 * r["accuracy"]), fontsize=7 if named else 6.5,
+                    color="black" if named else "#555", xytext=(4, 4), textcoords="offset points")
     pts = [(r["latency_ms_p50"], 100 * r["accuracy"]) for r in scored if r["artifact"] in front]
     if pts:
         xs, ys = zip(*pts)
@@ -97,7 +102,11 @@ def sweep_svg(comp: dict, target: str, kind: str) -> str | None:
     if not data:
         return None
     plt = _mpl()
+    from cycler import cycler
+
     fig, ax = plt.subplots(figsize=(7.2, 4.4))
+    # 10 colours, solid then dashed: up to 20 distinguishable curves
+    ax.set_prop_cycle(cycler(linestyle=["-", "--"]) * cycler(color=plt.get_cmap("tab10").colors))
     formats = {r["artifact"]: (r.get("format"), r["artifact"] in comp.get("references", []))
                for r in comp["records"]}
     for name, pts in data.items():
@@ -123,16 +132,16 @@ def sweep_svg(comp: dict, target: str, kind: str) -> str | None:
 def _table(comp: dict, target: str) -> str:
     rows = C.table_rows(comp, target)
     front = set(C.pareto_front(rows))
-    head = ["artifact", "format", "precision", "size MiB", "params", "accuracy", "Δ vs teacher (points)",
+    head = ["#", "artifact", "format", "precision", "size MiB", "params", "accuracy", "Δ vs teacher (points)",
             "p50 ms", "p90 ms", "p99 ms", "throughput seq/s (32×128)", "speedup vs teacher", "peak RSS MiB"]
     if target == "gpu":
         head.append("peak GPU MiB")
     out = ['<div class="scroll"><table><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
-    for x in rows:
+    for i, x in enumerate(rows, 1):
         cls = "ref" if x["reference"] else ("front" if x["artifact"] in front else "")
         name = _e(x["artifact"]) + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] else " †")
         chip = f'<span class="chip" style="background:{FORMAT_COLORS.get(x["format"], "#777")}"></span>'
-        cells = [f'<td class="l">{chip}{name}</td>', f'<td class="l">{_e(x["format"])}</td>',
+        cells = [f"<td>{i}</td>", f'<td class="l">{chip}{name}</td>', f'<td class="l">{_e(x["format"])}</td>',
                  f'<td class="l">{_e(x["precision"])}</td>', f"<td>{_fmt(x['size_mb'], 1)}</td>",
                  f"<td>{_fmt(x['num_params'])}</td>",
                  f"<td>{'n/a (random weights)' if x['reference'] else _pct(x['accuracy'])}</td>",
@@ -165,7 +174,7 @@ def _environment(env: dict) -> str:
     items = [("CPU", f"{env.get('cpu_model')} ({env.get('cpu_count')} logical CPUs)"), ("CPU flags", flags),
              ("GPU", env.get("gpu_name") or "none (CUDA not available)"), ("threads", env.get("threads")),
              ("OS", env.get("os")), ("libraries", libs)]
-    return "<table>" + "".join(f'<tr><th>{_e(k)}</th><td class="l">{_e(v)}</td></tr>' for k, v in items) + "</table>"
+    return "<table>" + "".join(f'<tr><th>{_e(k)}</th><td class="w">{_e(v)}</td></tr>' for k, v in items) + "</table>"
 
 
 def render_html(comp: dict) -> str:
@@ -183,7 +192,7 @@ def render_html(comp: dict) -> str:
         parts += [f"<h2>{target.upper()}</h2>", _table(comp, target), '<div class="plots">',
                   f"<figure>{accuracy_latency_svg(comp, target)}<figcaption>Accuracy against latency on {target}; "
                   "point area is proportional to the weight size; outlined points and the dashed line are the "
-                  "Pareto front.</figcaption></figure>"]
+                  "Pareto front; numbers are the table's rows.</figcaption></figure>"]
         for kind, caption in (("seq", "Latency against sequence length (batch 1)"),
                               ("batch", "Throughput against batch size (seq 128)")):
             svg = sweep_svg(comp, target, kind)

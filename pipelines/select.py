@@ -19,7 +19,7 @@ def render(sel: dict) -> str:
     lines.append(f"**Chosen: `{sel['chosen']}`**" if sel["chosen"] else "**Nothing qualifies.**")
     lines += [""] + [f"- {r}" for r in sel["reasons"]]
     if sel.get("promoted"):
-        lines += ["", f"Promoted to `models/production/` (sha256 of every file in `artifact.json`, "
+        lines += ["", "Promoted to `models/production/` (sha256 of every file in `artifact.json`, "
                       "model card in `MODEL_CARD.md`)."]
     lines += ["", "| rejected | rule | detail |", "|---|---|---|"]
     lines += [f"| {r['artifact']} | {r['rule']} | {r['detail']} |" for r in sel["rejected"]]
