@@ -75,34 +75,35 @@ def cmd_report(args) -> None:
 
 
 def cmd_predict(args) -> None:
-    from .predict import load, parse_lines, predict
+    from contextlib import ExitStack
+
+    from .predict import load, parse_lines, predict_stream
 
     loaded = load(args.artifact, args.task, args.target, args.threads)
     pair = loaded.task.is_pair
-    if args.texts:
-        if pair:
-            examples = list(parse_lines(args.texts, pair, "argument"))
+    with ExitStack() as stack:
+        total = None
+        if args.texts:
+            lines = args.texts if pair else [t.replace("\n", " ") for t in args.texts]
+            examples = parse_lines(lines, pair, "argument")
+        elif args.file:
+            path = Path(args.file)
+            if not path.is_file():
+                raise UserError(f"{path}: no such input file")
+            with open(path, "rb") as f:
+                total = sum(1 for _ in f)  # for the progress bar; the texts are streamed below
+            examples = parse_lines(stack.enter_context(open(path, "rb")), pair, str(path))
         else:
-            examples = list(parse_lines([t.replace("\n", " ") for t in args.texts], pair, "argument"))
-        progress = False
-    elif args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise UserError(f"{path}: no such input file")
-        with open(path, "rb") as f:
-            examples = list(parse_lines(f, pair, str(path)))
-        progress = True
-    else:
-        examples = list(parse_lines(sys.stdin.buffer, pair, "<stdin>"))
-        progress = False
-    results = predict(loaded, examples, args.batch_size, args.max_length, progress=progress)
-    for r in results:
-        if args.format == "jsonl":
-            print(json.dumps(r, ensure_ascii=False))
-        else:
-            probs = " ".join(f"{k}={v:.3f}" for k, v in r["probabilities"].items())
-            text = r["text"] if isinstance(r["text"], str) else " ||| ".join(r["text"])
-            print(f"{r['label']}\t{probs}\t{text[:120]}")
+            examples = parse_lines(sys.stdin.buffer, pair, "<stdin>")
+        # Results are printed as each chunk is computed: memory stays flat for any input size.
+        for r in predict_stream(loaded, examples, args.batch_size, args.max_length, progress=total is not None,
+                                total=total):
+            if args.format == "jsonl":
+                print(json.dumps(r, ensure_ascii=False))
+            else:
+                probs = " ".join(f"{k}={v:.3f}" for k, v in r["probabilities"].items())
+                text = r["text"] if isinstance(r["text"], str) else " ||| ".join(r["text"])
+                print(f"{r['label']}\t{probs}\t{text[:120]}")
 
 
 def cmd_evaluate(args) -> None:

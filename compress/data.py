@@ -15,7 +15,7 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from .config import check
 from .errors import UserError
@@ -186,19 +186,38 @@ def read_split(source: str, split: str, task: Task, revision: str | None = None)
     return read_glue_tsv(Path(source) / f"{split}.tsv", task)
 
 
-def subsample(examples: list[Example], max_rows: int | None, seed: int) -> list[Example]:
-    """A seeded random subset, keeping file order, for quick runs on a data slice."""
-    if max_rows is None or len(examples) <= max_rows:
-        return examples
-    keep = sorted(random.Random(seed).sample(range(len(examples)), max_rows))
-    return [examples[i] for i in keep]
+def _json_line(ex: Example) -> str:
+    return json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label}, ensure_ascii=False) + "\n"
 
 
-def write_jsonl(path: Path, examples: list[Example]) -> None:
+def write_split(examples: Iterable[Example], path: Path, max_rows: int | None, seed: int) -> Counter:
+    """Stream examples into a JSON-lines file; returns the label counts written.
+
+    Memory stays bounded whatever the source size: without `max_rows` each row is written
+    as it is read; with it, a seeded reservoir sample (Algorithm R) keeps at most
+    `max_rows` rows, written in file order."""
+    counts: Counter = Counter()
+    if max_rows is None:
+        with open(path, "w", encoding="utf-8") as f:
+            for ex in examples:
+                f.write(_json_line(ex))
+                counts[ex.label] += 1
+        return counts
+    rng = random.Random(seed)
+    keep: list[tuple[int, Example]] = []
+    for i, ex in enumerate(examples):
+        if i < max_rows:
+            keep.append((i, ex))
+        else:
+            j = rng.randint(0, i)
+            if j < max_rows:
+                keep[j] = (i, ex)
+    keep.sort(key=lambda t: t[0])
     with open(path, "w", encoding="utf-8") as f:
-        for ex in examples:
-            f.write(json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label},
-                               ensure_ascii=False) + "\n")
+        for _, ex in keep:
+            f.write(_json_line(ex))
+            counts[ex.label] += 1
+    return counts
 
 
 def read_jsonl(path: str | Path) -> list[Example]:
@@ -224,17 +243,16 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def data_card(task: Task, source: str, splits: dict[str, list[Example]], files: dict[str, Path]) -> dict:
+def data_card(task: Task, source: str, counts: dict[str, Counter], files: dict[str, Path]) -> dict:
     """Rows per split, label balance and content hashes of the prepared files."""
     card = {"task": task.name, "source": source, "is_pair": task.is_pair,
             "label_names": list(task.label_names), "splits": {}}
-    for name, examples in splits.items():
-        counts = Counter(ex.label for ex in examples)
-        n = len(examples)
+    for name, c in counts.items():
+        n = sum(c.values())
         card["splits"][name] = {
             "rows": n,
-            "label_counts": {task.label_names[i]: counts.get(i, 0) for i in range(task.num_labels)},
-            "label_fraction": {task.label_names[i]: round(counts.get(i, 0) / n, 4) if n else 0.0
+            "label_counts": {task.label_names[i]: c.get(i, 0) for i in range(task.num_labels)},
+            "label_fraction": {task.label_names[i]: round(c.get(i, 0) / n, 4) if n else 0.0
                                for i in range(task.num_labels)},
             "sha256": sha256_file(files[name]),
         }
@@ -286,21 +304,28 @@ class PrepareConfig:
 
 
 def prepare(cfg: PrepareConfig, out_dir: str | Path) -> dict:
-    """Validate the source splits and write train.jsonl, dev.jsonl and card.json."""
+    """Validate the source splits and write train.jsonl, dev.jsonl and card.json.
+
+    Streams every split (bounded memory for any file size) into a temporary directory
+    that replaces out_dir only when every split is valid: a bad row anywhere leaves the
+    previous prepared data as it was."""
     task = get_task(cfg.task)
     limits = {"train": cfg.max_train_rows, "dev": cfg.max_dev_rows}
-    splits = {}
-    for name in SPLITS:
-        examples = list(read_split(cfg.source, name, task, cfg.revision))
-        if not examples:
-            raise DataError(f"{cfg.source}: split '{name}' has no rows")
-        splits[name] = subsample(examples, limits[name], cfg.seed)
     with atomic_dir(out_dir) as tmp:
-        files = {}
-        for name, examples in splits.items():
+        files, counts = {}, {}
+        for name in SPLITS:
             files[name] = tmp / f"{name}.jsonl"
-            write_jsonl(files[name], examples)
-        card = data_card(task, cfg.source, splits, files)
+            counts[name] = write_split(read_split(cfg.source, name, task, cfg.revision), files[name],
+                                       limits[name], cfg.seed)
+            where = f"{cfg.source}: split '{name}'"
+            if not counts[name]:
+                raise DataError(f"{where} has no rows")
+            if len(counts[name]) < 2:
+                (only,) = counts[name]
+                raise DataError(f"{where} holds only the label '{task.label_names[only]}' "
+                                f"({counts[name][only]} rows): a {task.num_labels}-class task needs every "
+                                "class in both splits; check the file (or the max_*_rows slice)")
+        card = data_card(task, cfg.source, counts, files)
         card["subsample"] = {"max_train_rows": cfg.max_train_rows, "max_dev_rows": cfg.max_dev_rows,
                              "seed": cfg.seed}
         atomic_write_json(tmp / "card.json", card)

@@ -63,6 +63,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import logging
 import math
 import re
 import time
@@ -494,6 +495,16 @@ def _float_model(qmodel: IncInt8Classifier):
     return hf.eval()
 
 
+def _without_timings(obj):
+    """obj without the `*_s` (seconds) fields: a stored artifact holds no wall times, so
+    the same inputs give the same bytes (the stage report keeps the timings)."""
+    if isinstance(obj, dict):
+        return {k: _without_timings(v) for k, v in obj.items() if not k.endswith("_s")}
+    if isinstance(obj, list):
+        return [_without_timings(v) for v in obj]
+    return obj
+
+
 def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, extra: dict | None = None) -> None:
     """Store an `inc_autotune` result atomically in out_dir (float safetensors + inc_int8.json)."""
     if not isinstance(qmodel, IncInt8Classifier) or qmodel.spec is None:
@@ -512,7 +523,7 @@ def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, ext
         "probe": {"input_ids": probe[0].tolist(), "attention_mask": probe[1].tolist(),
                   "logits": logits.tolist()},
         "versions": versions(),
-        "extra": extra or {},
+        "extra": _without_timings(extra or {}),
     }
     text = json.dumps(meta, indent=2, default=str) + "\n"
     with atomic_dir(out_dir) as tmp:
@@ -539,9 +550,16 @@ def load_inc_int8(path: str | Path) -> tuple[IncInt8Classifier, Any, dict]:
     spec = meta["spec"]
     probe = _probe(hf.config)
     q = _inc()
-    gm = export_classifier(hf, probe)
-    qgm = q.quantize(gm, _inc_config(spec["approach"], spec["params"], spec["fp32_modules"]),
-                     run_fn=lambda g: g(*probe), example_inputs=probe)
+    # A replay of a recorded recipe, verified below: INC's progress log is noise here.
+    inc_log = logging.getLogger("neural_compressor")
+    level = inc_log.level
+    inc_log.setLevel(logging.ERROR)
+    try:
+        gm = export_classifier(hf, probe)
+        qgm = q.quantize(gm, _inc_config(spec["approach"], spec["params"], spec["fp32_modules"]),
+                         run_fn=lambda g: g(*probe), example_inputs=probe)
+    finally:
+        inc_log.setLevel(level)
     stored, nodes = meta["qparams"], {n.name: n for n in qgm.graph.nodes}
     now = _literal_qparams(qgm)
     if set(stored) != set(now) or any(stored[k]["target"] != now[k]["target"] for k in stored):

@@ -126,6 +126,29 @@ def _is_oom(e: BaseException) -> bool:
     return "out of memory" in str(e).lower()
 
 
+def latency_points(runner, make_batch, cfg: MeasureConfig, target: str, progress=None) -> list[LatencyPoint]:
+    """Time every (batch, seq) point of cfg.points; make_batch(batch, seq) builds the inputs.
+
+    On the gpu target a CUDA out-of-memory error makes that point `does_not_fit` (with
+    the message) and the next points still run; any other error propagates."""
+    import torch
+
+    points = []
+    for batch_size, seq in cfg.points:
+        try:
+            times = time_queries(runner, make_batch(batch_size, seq), cfg.warmup_queries, cfg.min_queries,
+                                 cfg.min_duration_s, cfg.max_duration_s, runner.synchronize, progress)
+            points.append(latency_point(times, batch_size, seq))
+        except RuntimeError as e:
+            if target != "gpu" or not _is_oom(e):
+                raise
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            points.append(LatencyPoint(batch_size=batch_size, seq_len=seq, status="does_not_fit",
+                                       reason=f"CUDA out of memory: {str(e).splitlines()[0]}"))
+    return points
+
+
 def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig,
                         parent_predictions: list[int] | None = None) -> tuple[dict, list[int]]:
     """Measure one target in this process; returns a Record as a dict and the dev predictions."""
@@ -160,24 +183,13 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         agreement = round(float((predictions == np.asarray(parent_predictions)).mean()), 6)
 
     # Latency: real sentences, truncated/padded to exactly seq tokens.
-    points = []
+    def make_batch(batch_size: int, seq: int) -> dict[str, np.ndarray]:
+        enc_seq = encode(runner.tokenizer, dev, seq)
+        return collate(enc_seq, [i % len(enc_seq) for i in range(batch_size)], pad_to=seq)
+
     # No total: each point runs until both min_queries and min_duration_s are reached.
     with tqdm(desc=f"{artifact.name}/{target} latency", unit="query", leave=False, mininterval=1.0) as bar:
-        for batch_size, seq in cfg.points:
-            enc_seq = encode(runner.tokenizer, dev, seq)
-            idx = [i % len(enc_seq) for i in range(batch_size)]
-            batch = collate(enc_seq, idx, pad_to=seq)
-            try:
-                times = time_queries(runner, batch, cfg.warmup_queries, cfg.min_queries,
-                                     cfg.min_duration_s, cfg.max_duration_s, runner.synchronize, bar)
-                points.append(latency_point(times, batch_size, seq))
-            except RuntimeError as e:
-                if target != "gpu" or not _is_oom(e):
-                    raise
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-                points.append(LatencyPoint(batch_size=batch_size, seq_len=seq, status="does_not_fit",
-                                           reason=f"CUDA out of memory: {str(e).splitlines()[0]}"))
+        points = latency_points(runner, make_batch, cfg, target, bar)
 
     weights = artifact.weight_files()
     rec = Record(

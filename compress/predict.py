@@ -122,20 +122,31 @@ def parse_lines(lines: Iterable[bytes | str], pair: bool, source: str) -> Iterat
             yield Example(line, None, -1)
 
 
-def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_length: int = 128,
-            progress: bool = False) -> list[dict]:
+def _chunks(items: Iterable, size: int) -> Iterator[list]:
+    part = []
+    for x in items:
+        part.append(x)
+        if len(part) == size:
+            yield part
+            part = []
+    if part:
+        yield part
+
+
+def predict_stream(loaded: Loaded, examples: Iterable[Example], batch_size: int = 32, max_length: int = 128,
+                   progress: bool = False, total: int | None = None) -> Iterator[dict]:
+    """Label and probabilities for each example, in input order, as they are computed.
+
+    Reads `examples` lazily in chunks of 4096, so an input file of any length is never
+    held in memory, nor are its token ids or results. Texts longer than `max_length`
+    tokens are truncated by the tokenizer. Raises UserError when there is no input."""
     from tqdm.auto import tqdm
 
     from .tokens import collate, encode, eval_batches
 
-    if not examples:
-        raise UserError("no input texts: give texts as arguments, --file FILE, or lines on standard input")
-    out: list[dict] = []
-    # Encode in chunks so a huge file never holds all its token ids at once.
-    chunk = 4096
-    bar = tqdm(total=len(examples), desc="predict", unit="text", disable=not progress, file=sys.stderr)
-    for start in range(0, len(examples), chunk):
-        part = examples[start:start + chunk]
+    bar = tqdm(total=total, desc="predict", unit="text", disable=not progress, file=sys.stderr)
+    seen = 0
+    for part in _chunks(examples, 4096):
         enc = encode(loaded.runner.tokenizer, part, max_length)  # longer texts are truncated
         logits = np.zeros((len(part), loaded.runner.num_labels), dtype=np.float32)
         for idx in eval_batches(enc.lengths(), batch_size):
@@ -145,11 +156,18 @@ def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_l
         probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
         for ex, p in zip(part, probs):
             k = int(p.argmax())
-            out.append({"text": ex.text_a if ex.text_b is None else [ex.text_a, ex.text_b],
-                        "label": loaded.label_names[k],
-                        "probabilities": {n: round(float(v), 6) for n, v in zip(loaded.label_names, p)}})
+            yield {"text": ex.text_a if ex.text_b is None else [ex.text_a, ex.text_b],
+                   "label": loaded.label_names[k],
+                   "probabilities": {n: round(float(v), 6) for n, v in zip(loaded.label_names, p)}}
+        seen += len(part)
     bar.close()
-    return out
+    if not seen:
+        raise UserError("no input texts: give texts as arguments, --file FILE, or lines on standard input")
+
+
+def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_length: int = 128,
+            progress: bool = False) -> list[dict]:
+    return list(predict_stream(loaded, examples, batch_size, max_length, progress, total=len(examples)))
 
 
 def evaluate(loaded: Loaded, source: str, split: str = "dev", batch_size: int = 64, max_length: int = 128) -> dict:

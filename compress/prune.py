@@ -27,7 +27,7 @@ from .metrics import classification_metrics
 from .models import count_parameters, load_saved, save_classifier
 from .errors import UserError
 from .tokens import Encoded, collate, encode, length_grouped_batches
-from .train import FinetuneConfig, finetune, predict_logits, seed_everything, to_torch
+from .train import FinetuneConfig, finetune, predict_logits, seed_everything, to_torch, write_one_evaluation
 
 
 class PruneSpecError(UserError):
@@ -248,7 +248,9 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
             summary["recovery"] = finetune(model, train, dev, cfg.recovery, task.metrics, tmp,
                                            desc="recovery", loss_fn=loss)
         else:
-            summary["recovery"] = {"skipped": "prune.recover is false", "final_dev": dev_metrics()}
+            final = dev_metrics()
+            summary["recovery"] = {"skipped": "prune.recover is false", "final_dev": final}
+            write_one_evaluation(tmp, final)
         head_heatmap(norm, spec, tmp / "head_importance.png")
         write_importance_csv(norm, spec, tmp / "head_importance.csv")
         save_classifier(model, tokenizer, out_dir, list(task.label_names))

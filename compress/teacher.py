@@ -11,7 +11,7 @@ from .data import Prepared
 from .io import atomic_dir
 from .models import load_classifier, save_classifier
 from .tokens import encode
-from .train import TRAIN_CURVE_FIELDS, CurveLog, FinetuneConfig, finetune, predict_logits, seed_everything
+from .train import FinetuneConfig, finetune, predict_logits, seed_everything, write_one_evaluation
 from .metrics import classification_metrics
 
 
@@ -45,11 +45,7 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
                                            desc="teacher")
         else:
             final = classification_metrics(predict_logits(model, dev), dev.labels, task.metrics)
-            # The plot files are stage outputs: write them with the one evaluation there is.
-            CurveLog(curves_tmp / "train.csv", TRAIN_CURVE_FIELDS).close()
-            log = CurveLog(curves_tmp / "eval.csv", ["step", "epoch", *task.metrics])
-            log.log(step=0, epoch=0.0, **final)
-            log.close()
+            write_one_evaluation(curves_tmp, final)
             summary["training"] = {"skipped": "teacher.finetune is false: the checkpoint is used as is",
                                    "final_dev": final}
         save_classifier(model, tokenizer, out_dir, list(task.label_names))

@@ -104,6 +104,15 @@ class CurveLog:
         self._f.close()
 
 
+def write_one_evaluation(curves_dir: Path, metrics: dict) -> None:
+    """Curves for a model that was not trained: an empty train.csv and eval.csv with the
+    one evaluation there is (the plot files dvc.yaml names must exist)."""
+    CurveLog(Path(curves_dir) / "train.csv", TRAIN_CURVE_FIELDS).close()
+    log = CurveLog(Path(curves_dir) / "eval.csv", ["step", "epoch", *metrics])
+    log.log(step=0, epoch=0.0, **metrics)
+    log.close()
+
+
 def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metrics: tuple[str, ...],
              curves_dir: Path, desc: str = "fine-tune", loss_fn: LossFn | None = None) -> dict:
     """Train `model` in place; return a summary (steps, wall time, final dev metrics).

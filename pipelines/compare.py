@@ -12,7 +12,7 @@ from compress.html_report import render_html
 from compress.io import atomic_write_json, atomic_write_text
 from compress.report import read_report
 
-from .common import PLOTS, REPORTS
+from .common import PLOTS, REPORTS, run
 
 # The artifacts of the default pipeline, one column each in the sweep CSVs (dvc.yaml's
 # plot definitions name these columns).
@@ -21,7 +21,7 @@ PLOTTED = ["bert_base_reference", "teacher", "student", "student_pruned", "stude
            "student_onnx_int8", "student_pruned_onnx_int8"]
 
 
-def main(bench_path: str, report_paths: list[str]) -> None:
+def main(params: dict, bench_path: str, report_paths: list[str]) -> None:
     comp = comparison.build([read_report(p) for p in report_paths], read_report(bench_path))
     atomic_write_json(REPORTS / "comparison.json", comp)
     atomic_write_text(REPORTS / "comparison.md", comparison.render_markdown(comp))
@@ -33,4 +33,4 @@ def main(bench_path: str, report_paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2:])
+    run(lambda params: main(params, sys.argv[1], sys.argv[2:]))

@@ -77,3 +77,23 @@ def prepared_sst2(tmp_path, sst2_dir) -> Path:
     out = tmp_path / "prepared"
     prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out)
     return out
+
+
+@pytest.fixture
+def production(tmp_path) -> Path:
+    """A tiny PyTorch model promoted by the selection policy, as the select stage does."""
+    from compress.models import save_classifier
+    from compress.select import SelectPolicy, promote, select
+
+    model, tok = tiny_model()
+    save_classifier(model, tok, tmp_path / "models" / "tiny", ["negative", "positive"])
+    env = {"cpu_model": "test CPU", "libraries": {}}
+    records = [{"artifact": name, "target": "cpu", "status": "ok", "reason": None, "stage": "test",
+                "backend": "pytorch-cpu", "format": "pytorch", "precision": "fp32", "task": "sst2",
+                "accuracy": 0.5, "f1": None, "parent": None, "latency_ms_p50": p50, "latency_ms_p99": p50,
+                "throughput_seq_per_s": 100.0, "size_mb": 1.0, "num_params": 1000, "peak_mem_mb": 500.0,
+                "threads": 2} for name, p50 in (("teacher", 10.0), ("tiny", 1.0))]
+    sel = select({"environment": env, "records": records}, SelectPolicy())
+    meta = promote(sel, env, tmp_path / "models", tmp_path / "models" / "production")
+    assert meta["artifact"] == "tiny" and "model.safetensors" in meta["sha256"]
+    return tmp_path / "models" / "production"

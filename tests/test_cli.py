@@ -6,7 +6,6 @@ import sys
 import pytest
 
 from compress.cli import main
-from test_report import ENV, ok_record
 
 
 def test_help_lists_commands():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import pickle
-import re
 import types
 
 import numpy as np

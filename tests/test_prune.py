@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from compress.data import Prepared
-from compress.distill import kd_loss
+
 from compress.models import load_saved, save_classifier
 from compress.prune import (PruneConfig, PruneSpecError, global_head_spec, heads_per_layer, importance_scores,
                             normalize_per_layer, prune_ffn, prune_heads, validate_spec)

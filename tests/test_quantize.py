@@ -7,7 +7,6 @@ import torch
 
 from compress.config import ConfigError, build
 from compress.measure import MeasureConfig, measure
-from compress.models import save_classifier
 from compress.quantize import (QuantizeConfig, group_of, load_dynamic_int8, quantize, quantize_checkpoint,
                                quantized_linears, save_dynamic_int8)
 from compress.runners import Artifact

@@ -8,11 +8,10 @@ import pytest
 
 from compress.cli import main
 from compress.config import ConfigError, build
-from compress.models import save_classifier
 from compress.predict import IntegrityError, load, parse_lines, predict
 from compress.runners import artifact_dir
 from compress.select import SelectPolicy, promote, select
-from conftest import REPO, tiny_model
+from conftest import REPO
 from test_report import ENV
 
 
@@ -92,19 +91,6 @@ def test_artifact_dirs_follow_the_stage_layout(tmp_path):
     assert artifact_dir("student_trt_fp16", tmp_path) == tmp_path / "trt" / "student-fp16"
     assert artifact_dir("student_fp16", tmp_path) == tmp_path / "student"
     assert artifact_dir("student_onnx_int8", tmp_path) == tmp_path / "student_onnx_int8"
-
-
-@pytest.fixture
-def production(tmp_path):
-    """A tiny PyTorch model promoted by the policy, as the select stage does."""
-    model, tok = tiny_model()
-    save_classifier(model, tok, tmp_path / "models" / "tiny", ["negative", "positive"])
-    comparison = {"environment": ENV, "records": [rec("teacher", 0.5, 10.0, fmt="pytorch", precision="fp32"),
-                                                  rec("tiny", 0.5, 1.0, fmt="pytorch", precision="fp32")]}
-    sel = select(comparison, SelectPolicy())
-    meta = promote(sel, ENV, tmp_path / "models", tmp_path / "models" / "production")
-    assert meta["artifact"] == "tiny" and "model.safetensors" in meta["sha256"]
-    return tmp_path / "models" / "production"
 
 
 def test_promotion_writes_hashes_and_a_model_card(production):
