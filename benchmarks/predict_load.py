@@ -34,7 +34,7 @@ def run(artifact: Path, n: int, texts: list[str], threads: int) -> dict:
                 f.write(texts[i % len(texts)] + "\n")
         out = Path(tmp) / "out.jsonl"
         # Each run in a fresh interpreter that reports its own peak (VmHWM), so runs do not mix.
-        code = ("import sys, runpy; sys.argv = ['compress'] + sys.argv[1:]; "
+        code = ("import sys; "
                 "from compress.cli import main; rc = main(sys.argv[1:]); "
                 "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]; "
                 "print(f'peak_kib={hwm}', file=sys.stderr); sys.exit(rc)")

@@ -5,7 +5,6 @@ unwritable output, CUDA out-of-memory per point, repeatable distillation, safe l
 The SIGKILL cases (a stage killed mid-training and mid-export) run real `dvc repro` and
 live in test_faults.py."""
 import errno
-import hashlib
 import json
 import os
 import re
@@ -19,7 +18,7 @@ import yaml
 
 from compress.benchmark import BenchmarkConfig
 from compress.config import ConfigError, load_params, section
-from compress.data import DataError, PrepareConfig, Prepared, prepare
+from compress.data import DataError, PrepareConfig, Prepared, prepare, sha256_file
 from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill
 from compress.inc import IncConfig
 from compress.measure import MeasureConfig, latency_points
@@ -239,10 +238,6 @@ def test_cuda_out_of_memory_is_recorded_per_point_and_the_rest_continues():
 
 # --- repeatable results ------------------------------------------------------------------------
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def test_same_params_and_seed_give_bitwise_identical_students(tmp_path, prepared_sst2):
     """A short CPU distillation (student and label-only control) run twice from the same
     teacher and cache: identical weight files and identical accuracy figures."""
@@ -261,7 +256,7 @@ def test_same_params_and_seed_give_bitwise_identical_students(tmp_path, prepared
         d = tmp_path / f"run{i}"
         summary = distill(cfg, teacher_dir, tmp_path / "cache", prepared, d / "student", d / "curves",
                           d / "control", d / "control_curves", eval_max_length=32)
-        runs.append((_sha(d / "student" / "model.safetensors"), _sha(d / "control" / "model.safetensors"),
+        runs.append((sha256_file(d / "student" / "model.safetensors"), sha256_file(d / "control" / "model.safetensors"),
                      json.dumps(summary["student"]["final_dev"]), json.dumps(summary["control"]["final_dev"]),
                      (d / "curves" / "train.csv").read_text()))
     assert runs[0] == runs[1]
