@@ -9,7 +9,9 @@ harness (`measure`, one child process per artifact and target), over
 - a sequence-length sweep at batch 1 (`seq_lens`, 16 to 512 by default), and
 - a batch sweep at seq 128 (`batch_sizes`),
 
-which include the headline points (1x128 latency, 32x128 throughput). Accuracy is not
+which include the headline points (1x128 latency, 32x128 throughput), and real-length
+throughput: the whole dev split classified as `compress predict` does it (length-sorted
+batches of 32 padded to the longest row of each), `dev_stream_seq_per_s`. Accuracy is not
 re-measured here (a few rows run only to warm the runner up); it belongs to the stage
 that built each artifact, and `comparison` joins the two.
 """
@@ -40,9 +42,11 @@ class BenchmarkConfig:
     min_queries: int = 15
     min_duration_s: float = 1.0
     max_duration_s: float = 8.0
+    dev_stream_repeats: int = 3  # timed passes over the whole dev split (median); 0: no real-length figure
     threads: int = 2
 
     def __post_init__(self):
+        check(self.dev_stream_repeats >= 0, f"dev_stream_repeats must be >= 0, got {self.dev_stream_repeats}")
         check(len(self.targets) > 0 and all(t in TARGETS for t in self.targets),
               f"targets must be a non-empty list of {', '.join(TARGETS)}, got {self.targets}")
         check(all(2 <= s <= MAX_SEQ for s in self.seq_lens),
@@ -69,7 +73,8 @@ class BenchmarkConfig:
         return MeasureConfig(targets=list(self.targets), points=self.points(), eval_max_rows=32,
                              eval_batch_size=32, warmup_queries=self.warmup_queries,
                              min_queries=self.min_queries, min_duration_s=self.min_duration_s,
-                             max_duration_s=self.max_duration_s, threads=self.threads, gpu_fp16=False)
+                             max_duration_s=self.max_duration_s, threads=self.threads, gpu_fp16=False,
+                             dev_stream_repeats=self.dev_stream_repeats)
 
 
 def artifacts_from_reports(reports: list[dict], models_dir: Path, exclude: list[str] = ()) -> list[tuple]:

@@ -20,7 +20,8 @@ from .io import atomic_write_text, replace_block
 from .report import HEADLINE_LATENCY, _fmt, _pct, build_comparison, environment_lines, summarize
 
 TEACHER = "teacher"
-LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_seq_per_s", "points")
+LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_seq_per_s",
+                  "dev_stream_seq_per_s", "points")
 
 
 def build(stage_reports: list[dict], bench: dict | None) -> dict:
@@ -32,7 +33,7 @@ def build(stage_reports: list[dict], bench: dict | None) -> dict:
     for r in comp["records"]:
         b = measured.get((r["artifact"], r["target"]))
         if r["status"] == "ok" and b is not None:
-            r = {**r, **{k: b[k] for k in LATENCY_FIELDS}}
+            r = {**r, **{k: b.get(k) for k in LATENCY_FIELDS}}
         elif r["status"] == "ok":
             comp["latency_from_stage"].append(f"{r['artifact']}/{r['target']}")
         records.append(r)
@@ -95,6 +96,7 @@ def table_rows(comp: dict, target: str) -> list[dict]:
             "accuracy_vs_teacher": None if acc is None or not t_acc else round(acc / t_acc, 4),
             "latency_ms_p50": r.get("latency_ms_p50"), "latency_ms_p90": r.get("latency_ms_p90"),
             "latency_ms_p99": r.get("latency_ms_p99"), "throughput_seq_per_s": r.get("throughput_seq_per_s"),
+            "dev_stream_seq_per_s": r.get("dev_stream_seq_per_s"),
             "speedup_vs_teacher": vs_teacher.get(r["artifact"], {}).get(target),
             "peak_mem_mb": r.get("peak_mem_mb"), "peak_gpu_mem_mb": r.get("peak_gpu_mem_mb"),
             "same_run": f"{r['artifact']}/{target}" not in comp.get("latency_from_stage", []),
@@ -149,8 +151,9 @@ def target_table_markdown(comp: dict, target: str) -> str:
     rows = table_rows(comp, target)
     front = set(pareto_front(rows))
     lines = ["| artifact | format | precision | size MiB | params | accuracy | Δ vs teacher (points) "
-             "| p50 ms | p90 ms | p99 ms | throughput seq/s (32×128) | speedup vs teacher | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| p50 ms | p90 ms | p99 ms | throughput seq/s (32×128) | dev stream sent/s | speedup vs teacher "
+             "| peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
         name = x["artifact"] + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] else " †")
         acc = "n/a (random weights)" if x["reference"] else _pct(x["accuracy"])
@@ -158,7 +161,8 @@ def target_table_markdown(comp: dict, target: str) -> str:
             name, _fmt(x["format"]), _fmt(x["precision"]), _fmt(x["size_mb"], 1), _fmt(x["num_params"]), acc,
             "–" if x["accuracy_delta_pts"] is None else f"{x['accuracy_delta_pts']:+.2f}",
             _fmt(x["latency_ms_p50"]), _fmt(x["latency_ms_p90"]), _fmt(x["latency_ms_p99"]),
-            _fmt(x["throughput_seq_per_s"], 1), _x(x["speedup_vs_teacher"]), _fmt(x["peak_mem_mb"], 0),
+            _fmt(x["throughput_seq_per_s"], 1), _fmt(x["dev_stream_seq_per_s"], 1), _x(x["speedup_vs_teacher"]),
+            _fmt(x["peak_mem_mb"], 0),
         ]) + " |")
     return "\n".join(lines)
 
@@ -187,7 +191,9 @@ def render_markdown(comp: dict) -> str:
              f"Stages: {', '.join(comp['stages'])}. Generated from `reports/comparison.json` (the HTML page "
              "`reports/comparison.html` shows the same with plots); do not edit by hand.", "",
              "Latency (batch 1, seq 128) and throughput (batch 32, seq 128) come from the `benchmark` stage, "
-             "which measures every artifact one after another in one run, so any two rows compare; accuracy, "
+             "which measures every artifact one after another in one run, so any two rows compare; so does "
+             "the dev stream figure (the whole dev split classified as `compress predict` does it: real "
+             "lengths, length-sorted batches of 32, sentences/s); accuracy, "
              "size and peak memory come from the stage that built each artifact. ★ marks the latency/accuracy "
              "Pareto front; † a row whose latency comes from its own stage's run.", ""]
     for target in targets_measured(comp):

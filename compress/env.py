@@ -9,8 +9,46 @@ from importlib import metadata
 # ISA features that decide which kernels (and so which speed) a backend gets.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
 
+# The CPU's matrix engines and dot-product units, as the environment tables name them.
+MATRIX_ENGINES = {"amx_bf16": "AMX-BF16", "amx_int8": "AMX-INT8", "avx512_bf16": "AVX512-BF16",
+                  "avx512_vnni": "AVX512-VNNI", "avx_vnni": "AVX-VNNI"}
+
 LIBRARIES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime", "onnxruntime-gpu",
-             "optimum", "optimum-onnx", "neural-compressor-pt", "torchao", "tensorrt", "numpy", "dvc")
+             "openvino", "nncf", "optimum", "optimum-onnx", "optimum-intel", "neural-compressor-pt",
+             "torchao", "tensorrt", "numpy", "dvc")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
+
+
+def matrix_engines(flags: dict[str, bool] | None = None) -> dict[str, bool]:
+    """{"AMX-BF16": True, ...}: which matrix/dot-product engines the CPU has."""
+    flags = flags if flags is not None else {f: True for f in _cpu_flags()}
+    return {label: bool(flags.get(flag)) for flag, label in MATRIX_ENGINES.items()}
+
+
+def bf16_unavailable(flags: dict[str, bool] | None = None) -> str | None:
+    """None when the CPU computes bf16 natively (AMX-BF16 or AVX512-BF16), else why a bf16
+    route is skipped. `flags` ({flag: bool}) defaults to this CPU's /proc/cpuinfo flags;
+    tests pass a fake set. The environment variable COMPRESS_CPU_FLAGS (comma-separated
+    flags) overrides the detection, so a whole run can act as an older CPU."""
+    if flags is None:
+        forced = os.environ.get("COMPRESS_CPU_FLAGS")
+        names = set(forced.replace(",", " ").split()) if forced is not None else _cpu_flags()
+        flags = {f: True for f in names}
+    if flags.get("amx_bf16") or flags.get("avx512_bf16"):
+        return None
+    return ("this CPU has no native bf16 (neither AMX-BF16 nor AVX512-BF16 in its flags): bf16 would be "
+            "emulated, slower than FP32")
 
 
 def cpu_info() -> dict:
@@ -31,6 +69,7 @@ def cpu_info() -> dict:
     return {
         "cpu_model": model,
         "cpu_flags": {f: f in flags for f in CPU_FLAGS},
+        "matrix_engines": matrix_engines({f: True for f in flags}),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "machine": platform.machine(),

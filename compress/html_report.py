@@ -15,7 +15,7 @@ from . import comparison as C
 from .report import _fmt, _pct
 
 FORMAT_COLORS = {"pytorch": "#1f77b4", "pytorch_int8": "#ff7f0e", "pytorch_inc": "#d62728",
-                 "onnx": "#2ca02c", "tensorrt": "#9467bd"}
+                 "onnx": "#2ca02c", "openvino": "#17becf", "tensorrt": "#9467bd"}
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
@@ -133,7 +133,8 @@ def _table(comp: dict, target: str) -> str:
     rows = C.table_rows(comp, target)
     front = set(C.pareto_front(rows))
     head = ["#", "artifact", "format", "precision", "size MiB", "params", "accuracy", "Δ vs teacher (points)",
-            "p50 ms", "p90 ms", "p99 ms", "throughput seq/s (32×128)", "speedup vs teacher", "peak RSS MiB"]
+            "p50 ms", "p90 ms", "p99 ms", "throughput seq/s (32×128)", "dev stream sent/s (real lengths)",
+            "speedup vs teacher", "peak RSS MiB"]
     if target == "gpu":
         head.append("peak GPU MiB")
     out = ['<div class="scroll"><table><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
@@ -148,6 +149,7 @@ def _table(comp: dict, target: str) -> str:
                  f"<td>{'–' if x['accuracy_delta_pts'] is None else format(x['accuracy_delta_pts'], '+.2f')}</td>",
                  f"<td>{_fmt(x['latency_ms_p50'])}</td>", f"<td>{_fmt(x['latency_ms_p90'])}</td>",
                  f"<td>{_fmt(x['latency_ms_p99'])}</td>", f"<td>{_fmt(x['throughput_seq_per_s'], 1)}</td>",
+                 f"<td>{_fmt(x['dev_stream_seq_per_s'], 1)}</td>",
                  f"<td>{C._x(x['speedup_vs_teacher'])}</td>", f"<td>{_fmt(x['peak_mem_mb'], 0)}</td>"]
         if target == "gpu":
             cells.append(f"<td>{_fmt(x['peak_gpu_mem_mb'], 0)}</td>")
@@ -171,7 +173,14 @@ def _hashes(comp: dict) -> str:
 def _environment(env: dict) -> str:
     flags = ", ".join(k for k, v in env.get("cpu_flags", {}).items() if v) or "none of interest"
     libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items() if v)
+    engines = env.get("matrix_engines")
+    if engines is None and env.get("cpu_flags"):  # reports written before the field existed
+        from .env import matrix_engines
+
+        engines = matrix_engines(env["cpu_flags"])
+    engines_text = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in (engines or {}).items()) or "unknown"
     items = [("CPU", f"{env.get('cpu_model')} ({env.get('cpu_count')} logical CPUs)"), ("CPU flags", flags),
+             ("matrix engines", engines_text),
              ("GPU", env.get("gpu_name") or "none (CUDA not available)"), ("threads", env.get("threads")),
              ("OS", env.get("os")), ("libraries", libs)]
     return "<table>" + "".join(f'<tr><th>{_e(k)}</th><td class="w">{_e(v)}</td></tr>' for k, v in items) + "</table>"

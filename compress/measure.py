@@ -10,6 +10,17 @@ padded to exactly `seq` tokens, run `warmup_queries` times untimed, then timed o
 at a time until both `min_queries` and `min_duration_s` are reached (capped by
 `max_duration_s`). Reported: p50/p90/p99/mean in ms per query and throughput in
 sequences/s. Threads are pinned to `threads` and recorded.
+
+Real-length throughput (`dev_stream_repeats` > 0, set by the benchmark stage): the whole
+dev split classified exactly as `compress predict` does it (tokenize, length-sorted
+batches of 32, each padded to its longest row), once untimed, then `dev_stream_repeats`
+timed passes; the median pass gives `dev_stream_seq_per_s`. Fixed 128-token points
+overstate the cost of real, short sentences ~8x; this is the figure a batch job sees.
+
+GPU memory: torch's CUDA peak is reset before the accuracy pass and before each latency
+point and read after it, so a point that does not fit (CUDA out of memory) cannot leak
+its failed allocations into the record's `peak_gpu_mem_mb`, which is the largest peak of
+the passes that ran.
 """
 from __future__ import annotations
 
@@ -46,6 +57,8 @@ class MeasureConfig:
     threads: int = 2
     isolate: bool = True  # measure in a child process (honest peak memory)
     gpu_fp16: bool = True  # on the gpu target, also run each PyTorch FP32 artifact cast to FP16
+    dev_stream_repeats: int = 0  # >0: timed passes of the whole dev split as `compress predict` runs it
+    dev_stream_batch_size: int = 32
 
     def __post_init__(self):
         check(len(self.targets) > 0, "targets must name at least one of " + ", ".join(TARGETS))
@@ -64,6 +77,9 @@ class MeasureConfig:
         check(self.max_duration_s >= self.min_duration_s,
               f"max_duration_s ({self.max_duration_s}) must be >= min_duration_s ({self.min_duration_s})")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+        check(self.dev_stream_repeats >= 0, f"dev_stream_repeats must be >= 0, got {self.dev_stream_repeats}")
+        check(self.dev_stream_batch_size >= 1,
+              f"dev_stream_batch_size must be >= 1, got {self.dev_stream_batch_size}")
 
 
 def gpu_skip_reason() -> str | None:
@@ -126,27 +142,79 @@ def _is_oom(e: BaseException) -> bool:
     return "out of memory" in str(e).lower()
 
 
-def latency_points(runner, make_batch, cfg: MeasureConfig, target: str, progress=None) -> list[LatencyPoint]:
+class CudaMemory:
+    """torch's CUDA allocator peak, reset per pass (other backends allocate outside it)."""
+
+    def reset(self) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+
+    def peak_mb(self) -> float:
+        import torch
+
+        return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+
+    def release(self) -> None:
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def latency_points(runner, make_batch, cfg: MeasureConfig, target: str, progress=None,
+                   gpu_memory=None) -> list[LatencyPoint]:
     """Time every (batch, seq) point of cfg.points; make_batch(batch, seq) builds the inputs.
 
     On the gpu target a CUDA out-of-memory error makes that point `does_not_fit` (with
-    the message) and the next points still run; any other error propagates."""
-    import torch
-
+    the message) and the next points still run; any other error propagates. gpu_memory
+    (a CudaMemory, or a fake in tests): reset before each point, its peak read into the
+    point after it; a point that did not fit gets none."""
     points = []
     for batch_size, seq in cfg.points:
+        if gpu_memory is not None:
+            gpu_memory.reset()
         try:
             times = time_queries(runner, make_batch(batch_size, seq), cfg.warmup_queries, cfg.min_queries,
                                  cfg.min_duration_s, cfg.max_duration_s, runner.synchronize, progress)
-            points.append(latency_point(times, batch_size, seq))
+            point = latency_point(times, batch_size, seq)
+            if gpu_memory is not None:
+                point = replace(point, peak_gpu_mem_mb=gpu_memory.peak_mb())
+            points.append(point)
         except RuntimeError as e:
             if target != "gpu" or not _is_oom(e):
                 raise
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            if gpu_memory is not None:
+                gpu_memory.release()
             points.append(LatencyPoint(batch_size=batch_size, seq_len=seq, status="does_not_fit",
                                        reason=f"CUDA out of memory: {str(e).splitlines()[0]}"))
     return points
+
+
+def record_gpu_peak(accuracy_peak_mb: float | None, points: list[LatencyPoint]) -> float | None:
+    """The record's peak GPU memory: the accuracy pass and the points that ran, never a
+    point that did not fit."""
+    peaks = [p.peak_gpu_mem_mb for p in points if p.status == "ok" and p.peak_gpu_mem_mb is not None]
+    peaks += [accuracy_peak_mb] if accuracy_peak_mb is not None else []
+    return max(peaks) if peaks else None
+
+
+def dev_stream_throughput(runner, task, examples: list, cfg: MeasureConfig) -> float:
+    """Sentences/s over the whole dev split, classified as `compress predict` does it
+    (tokenization included): one untimed pass, then the median of cfg.dev_stream_repeats."""
+    from .predict import Loaded, predict_stream
+
+    loaded = Loaded(runner, task, [str(i) for i in range(runner.num_labels)], None)
+
+    def one_pass() -> float:
+        t = time.perf_counter()
+        for _ in predict_stream(loaded, examples, cfg.dev_stream_batch_size, cfg.eval_max_length):
+            pass
+        runner.synchronize()
+        return time.perf_counter() - t
+
+    one_pass()  # warm-up: shape-specialising backends (OpenVINO, TensorRT) see every batch shape once
+    seconds = sorted(one_pass() for _ in range(cfg.dev_stream_repeats))
+    return round(len(examples) / float(np.median(seconds)), 1)
 
 
 def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig,
@@ -165,8 +233,11 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         dev = dev[: cfg.eval_max_rows]
     base_mb = _rss_mb()
     runner = load_runner(artifact, target, cfg.threads)
-    if target == "gpu" and torch.cuda.is_available():
-        torch.cuda.reset_peak_memory_stats()
+    # torch's allocator only sees PyTorch's own CUDA memory; other backends report None
+    gpu_memory = (CudaMemory() if target == "gpu" and torch.cuda.is_available()
+                  and runner.backend.startswith("pytorch") else None)
+    if gpu_memory is not None:
+        gpu_memory.reset()
 
     # Accuracy: the whole dev split through the runner, same tokenizer as latency below.
     enc = encode(runner.tokenizer, dev, cfg.eval_max_length)
@@ -175,6 +246,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     for idx in tqdm(batches, desc=f"{artifact.name}/{target} accuracy", unit="batch", leave=False):
         logits[idx] = runner(collate(enc, idx))
     metrics = classification_metrics(logits, enc.labels, prepared.task.metrics)
+    accuracy_gpu_peak = gpu_memory.peak_mb() if gpu_memory is not None else None
     predictions = logits.argmax(axis=1)
     agreement = None
     if parent_predictions is not None:
@@ -189,7 +261,11 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
 
     # No total: each point runs until both min_queries and min_duration_s are reached.
     with tqdm(desc=f"{artifact.name}/{target} latency", unit="query", leave=False, mininterval=1.0) as bar:
-        points = latency_points(runner, make_batch, cfg, target, bar)
+        points = latency_points(runner, make_batch, cfg, target, bar, gpu_memory)
+    stream = None
+    if cfg.dev_stream_repeats:
+        full_dev = prepared.split("dev")  # always the whole split, whatever eval_max_rows says
+        stream = dev_stream_throughput(runner, prepared.task, full_dev, cfg)
 
     weights = artifact.weight_files()
     rec = Record(
@@ -200,9 +276,8 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
         num_params=int(runner.num_params),
         peak_mem_mb=round(_rss_mb(), 1), baseline_mem_mb=round(base_mb, 1),
-        # torch's allocator only sees PyTorch's own CUDA memory; other backends report None
-        peak_gpu_mem_mb=(round(torch.cuda.max_memory_allocated() / 2**20, 1)
-                         if target == "gpu" and runner.backend.startswith("pytorch") else None),
+        peak_gpu_mem_mb=record_gpu_peak(accuracy_gpu_peak, points) if gpu_memory is not None else None,
+        dev_stream_seq_per_s=stream,
         threads=torch.get_num_threads(),
         artifact_sha256=sha256_file(weights[0]),
         data_sha256=prepared.sha256("dev"),

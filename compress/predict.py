@@ -53,6 +53,10 @@ def artifact_at(path: Path, name: str | None = None):
     if (path / "model.engine").is_file():
         meta = json.loads((path / "engine.json").read_text(encoding="utf-8"))
         return Artifact(name or path.name, path, "tensorrt", meta.get("precision", "fp16"))
+    if (path / "model.xml").is_file():
+        meta = json.loads((path / "openvino.json").read_text(encoding="utf-8")) \
+            if (path / "openvino.json").is_file() else {}
+        return Artifact(name or path.name, path, "openvino", meta.get("precision", "fp32"))
     if (path / "quantization.json").is_file():
         return Artifact(name or path.name, path, "pytorch_int8", "int8")
     if (path / "inc_int8.json").is_file():

@@ -14,6 +14,11 @@ A Record is one artifact on one target. Units are in the field names (``_ms``, `
 (MiB, 2**20 bytes), ``_seq_per_s``, ``_s``). ``status`` is ``ok``, ``skipped`` (with
 ``reason``) or ``failed``. ``latency_ms_*`` are at batch 1, seq 128 and
 ``throughput_seq_per_s`` at batch 32, seq 128; every measured point is in ``points``.
+``dev_stream_seq_per_s`` is real-length throughput: the whole dev split classified as
+`compress predict` does it (tokenized, length-sorted batches of 32 padded to the longest
+row of each batch), in sentences (or pairs) per second; the benchmark stage sets it.
+``peak_gpu_mem_mb`` is the largest per-point peak among the points that ran (and the
+accuracy pass); a point that did not fit keeps its own figure out of it.
 ``reports/comparison.json`` holds the records of all stages in the same shape.
 """
 from __future__ import annotations
@@ -43,6 +48,7 @@ class LatencyPoint:
     throughput_seq_per_s: float | None = None
     queries: int | None = None
     duration_s: float | None = None
+    peak_gpu_mem_mb: float | None = None  # torch's CUDA peak during this point alone (reset before it)
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class Record:
     latency_ms_p90: float | None = None
     latency_ms_p99: float | None = None
     throughput_seq_per_s: float | None = None
+    dev_stream_seq_per_s: float | None = None  # whole dev split as `compress predict` runs it
     size_mb: float | None = None
     num_params: int | None = None
     peak_mem_mb: float | None = None
@@ -113,7 +120,7 @@ class Record:
 
 
 SUMMARY_FIELDS = ("status", "accuracy", "f1", "agreement_with_parent", "latency_ms_p50", "latency_ms_p99",
-                  "throughput_seq_per_s",
+                  "throughput_seq_per_s", "dev_stream_seq_per_s",
                   "size_mb", "num_params", "peak_mem_mb", "peak_gpu_mem_mb")
 
 
@@ -170,7 +177,7 @@ def _pct(v) -> str:
 def records_table(records: list[dict]) -> str:
     head = ("| artifact | target | status | format | precision | accuracy | F1 | agreement with parent "
             "| p50 ms (1×128) "
-            "| p99 ms (1×128) | throughput seq/s (32×128) | size MiB | params | peak RSS MiB "
+            "| p99 ms (1×128) | throughput seq/s (32×128) | dev stream sent/s | size MiB | params | peak RSS MiB "
             "| peak GPU MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in records:
@@ -181,7 +188,8 @@ def records_table(records: list[dict]) -> str:
             (f"{_pct(r['agreement_with_parent'])} vs {r['parent']}" if r.get("agreement_with_parent") is not None
              else "–"),
             _fmt(r.get("latency_ms_p50")), _fmt(r.get("latency_ms_p99")),
-            _fmt(r.get("throughput_seq_per_s"), 1), _fmt(r.get("size_mb"), 1),
+            _fmt(r.get("throughput_seq_per_s"), 1), _fmt(r.get("dev_stream_seq_per_s"), 1),
+            _fmt(r.get("size_mb"), 1),
             _fmt(r.get("num_params")), _fmt(r.get("peak_mem_mb"), 0), _fmt(r.get("peak_gpu_mem_mb"), 0),
         ]) + " |")
     return "\n".join(lines)
@@ -205,10 +213,17 @@ def points_table(records: list[dict]) -> str:
 
 def environment_lines(env: dict) -> str:
     flags = ", ".join(k for k, v in env.get("cpu_flags", {}).items() if v) or "none of interest"
+    engines = env.get("matrix_engines")
+    if engines is None and env.get("cpu_flags"):  # reports written before the field existed
+        from .env import matrix_engines
+
+        engines = matrix_engines(env["cpu_flags"])
+    engines_line = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in (engines or {}).items()) or "unknown"
     libs = ", ".join(f"{k} {v}" for k, v in env.get("libraries", {}).items() if v)
     gpu = env.get("gpu_name") or "none (CUDA not available)"
     return "\n".join([
         f"- CPU: {env.get('cpu_model')} ({env.get('cpu_count')} logical CPUs); ISA: {flags}",
+        f"- Matrix engines: {engines_line}",
         f"- GPU: {gpu}",
         f"- Threads: {env.get('threads')}",
         f"- OS: {env.get('os')}",

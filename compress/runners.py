@@ -31,8 +31,8 @@ import torch
 
 from .models import count_parameters, load_saved
 
-FORMATS = ("pytorch", "pytorch_int8", "pytorch_inc", "onnx", "tensorrt")
-PRECISIONS = ("fp32", "fp16", "int8")
+FORMATS = ("pytorch", "pytorch_int8", "pytorch_inc", "onnx", "openvino", "tensorrt")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,9 @@ class Artifact:
     name: str  # e.g. "teacher"
     path: Path  # directory with config, weights and tokenizer
     format: str = "pytorch"  # how it is stored and run: one of FORMATS
-    precision: str = "fp32"  # one of PRECISIONS; fp16 on a pytorch artifact casts at load (GPU)
+    # one of PRECISIONS; fp16 (GPU) and bf16 (CPU with native bf16) on a pytorch artifact cast
+    # the FP32 weights at load; bf16 on an openvino artifact is OpenVINO's inference precision
+    precision: str = "fp32"
     parent: str | None = None  # the artifact this one was derived from (agreement is vs it)
 
     def __post_init__(self):
@@ -52,9 +54,11 @@ class Artifact:
 
     def weight_files(self) -> list[Path]:
         files = (sorted(self.path.glob("*.safetensors")) + sorted(self.path.glob("*.onnx"))
-                 + sorted(self.path.glob("*.engine")))
+                 + sorted(self.path.glob("*.engine")) + sorted(self.path.glob("*.bin"))
+                 + sorted(self.path.glob("*.xml")))
         if not files:
-            raise FileNotFoundError(f"{self.path}: no model weights (*.safetensors, *.onnx or *.engine)")
+            raise FileNotFoundError(f"{self.path}: no model weights (*.safetensors, *.onnx, *.engine or "
+                                    "OpenVINO *.bin/*.xml)")
         return files
 
 
@@ -64,8 +68,9 @@ def artifact_dir(name: str, models_dir: Path) -> Path:
     if "_trt_" in name:
         parent, precision = name.rsplit("_trt_", 1)
         return models_dir / "trt" / f"{parent}-{precision}"
-    if name.endswith("_fp16") and not (models_dir / name).is_dir():
-        return models_dir / name[: -len("_fp16")]  # cast to FP16 at load: same files
+    for suffix in ("_fp16", "_bf16"):  # a precision variant of a float artifact: same files
+        if name.endswith(suffix) and not (models_dir / name).is_dir():
+            return models_dir / name[: -len(suffix)]
     return models_dir / name
 
 
@@ -79,7 +84,10 @@ def cuda_unavailable() -> str | None:
 
 
 class TorchRunner:
-    """PyTorch eager, FP32 on either device; FP16 (cast at load) on the GPU only."""
+    """PyTorch eager, FP32 on either device; FP16 (cast at load) on the GPU only; BF16 (cast
+    at load) on CPUs with native bf16 (AMX-BF16 / AVX512-BF16), where oneDNN runs the
+    matmuls on the matrix engines. Without native bf16 the CPU would emulate it, slower
+    than FP32: runner_class skips that case with the reason."""
     backend = "pytorch"
 
     def __init__(self, artifact: Artifact, target: str, threads: int):
@@ -89,6 +97,8 @@ class TorchRunner:
         self.num_params = count_parameters(model)
         if artifact.precision == "fp16":
             model = model.half()
+        elif artifact.precision == "bf16":
+            model = model.to(torch.bfloat16)
         self.model = model.to(self.device).eval()
         self.num_labels = model.config.num_labels
         self.backend = f"pytorch-{target}"
@@ -117,6 +127,8 @@ RUNNERS: dict[tuple[str, str], str] = {
     ("pytorch_inc", "gpu"): "skip:Neural Compressor's PT2E INT8 graph runs on the CPU only",
     ("onnx", "cpu"): "compress.onnx_runtime:OrtRunner",
     ("onnx", "gpu"): "compress.onnx_runtime:OrtRunner",
+    ("openvino", "cpu"): "compress.openvino_ir:OpenVinoRunner",
+    ("openvino", "gpu"): "compress.openvino_ir:OpenVinoRunner",  # Intel GPUs only: its unavailable() says
     ("tensorrt", "cpu"): "skip:TensorRT engines run on NVIDIA GPUs only",
     ("tensorrt", "gpu"): "compress.tensorrt_engine:TrtRunner",
 }
@@ -131,6 +143,15 @@ def runner_class(artifact: Artifact, target: str):
         raise ValueError(f"no runner for format '{artifact.format}' on target '{target}'")
     if artifact.precision == "fp16" and (artifact.format, target) == ("pytorch", "cpu"):
         return "FP16 PyTorch inference is measured on the GPU only (CPU FP16 kernels are not a deployment path)"
+    if artifact.precision == "bf16":
+        if target == "gpu" and artifact.format == "pytorch":
+            return "BF16 PyTorch inference is measured on the CPU's matrix engines; the GPU rows use FP16"
+        if target == "cpu":
+            from .env import bf16_unavailable
+
+            reason = bf16_unavailable()
+            if reason:
+                return reason
     spec = RUNNERS[key]
     if spec.startswith("skip:"):
         return spec[len("skip:"):]

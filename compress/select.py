@@ -9,8 +9,10 @@ rule each one failed:
 - `latency_limit`: p50 at the headline point above `max_latency_ms`;
 - `size_cap`: weight files above `max_size_mb`;
 
-then picks the fastest survivor by p50 latency at batch 1, seq 128 (ties: smaller size,
-then name). Those p50s are the comparison's, where the benchmark stage measured every
+then picks the fastest survivor by `rank_by`: `p50_1x128` (default: p50 latency at batch 1,
+seq 128, lowest first) or `dev_stream_throughput` (sentences/s classifying the whole dev
+split at real lengths, highest first: the figure for batch jobs); ties: smaller size, then
+name. An artifact without the ranking figure is rejected (`not_measured`). Those figures are the comparison's, where the benchmark stage measured every
 artifact in one run; the choice's speed-ups over the teacher and the reference rows
 (bert-base FP32) in `speedup_vs` divide figures of that one run. Nothing qualifying is a result, not an error: `chosen` is None and the
 reason says which rules eliminated everyone.
@@ -33,6 +35,11 @@ from .runners import artifact_dir
 
 TEACHER = "teacher"
 TARGETS = ("cpu", "gpu")
+# rank_by -> (record field, True when higher is better, how the reason names it)
+RANKINGS = {
+    "p50_1x128": ("latency_ms_p50", False, "p50 at batch 1, seq 128"),
+    "dev_stream_throughput": ("dev_stream_seq_per_s", True, "dev-split throughput at real lengths"),
+}
 
 
 @dataclass(frozen=True)
@@ -42,9 +49,11 @@ class SelectPolicy:
     max_latency_ms: float | None = None  # p50 at batch 1, seq 128
     max_size_mb: float | None = None  # weight files on disk
     exclude: list[str] = field(default_factory=list)  # artifact names never chosen (e.g. the control)
+    rank_by: str = "p50_1x128"  # p50_1x128 (lowest wins) | dev_stream_throughput (highest wins)
 
     def __post_init__(self):
         check(self.target in TARGETS, f"target must be one of {', '.join(TARGETS)}, got '{self.target}'")
+        check(self.rank_by in RANKINGS, f"rank_by must be one of {', '.join(RANKINGS)}, got '{self.rank_by}'")
         check(0 < self.accuracy_floor_vs_teacher <= 1.5,
               f"accuracy_floor_vs_teacher must be in (0, 1.5], got {self.accuracy_floor_vs_teacher}")
         check(self.max_latency_ms is None or self.max_latency_ms > 0,
@@ -75,6 +84,9 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
                                        f"< {policy.accuracy_floor_vs_teacher:.2%}"})
         elif r.get("latency_ms_p50") is None:
             rejected.append({"artifact": name, "rule": "not_measured", "detail": "no p50 at batch 1, seq 128"})
+        elif r.get(RANKINGS[policy.rank_by][0]) is None:
+            rejected.append({"artifact": name, "rule": "not_measured",
+                             "detail": f"no {RANKINGS[policy.rank_by][2]} (rank_by {policy.rank_by})"})
         elif policy.max_latency_ms is not None and r["latency_ms_p50"] > policy.max_latency_ms:
             rejected.append({"artifact": name, "rule": "latency_limit",
                              "detail": f"p50 {r['latency_ms_p50']:.2f} ms > {policy.max_latency_ms} ms"})
@@ -83,7 +95,8 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
                              "detail": f"{r['size_mb']:.1f} MiB > {policy.max_size_mb} MiB"})
         else:
             survivors.append(r)
-    survivors.sort(key=lambda r: (r["latency_ms_p50"], r["size_mb"] or 0, r["artifact"]))
+    key, higher_better, label = RANKINGS[policy.rank_by]
+    survivors.sort(key=lambda r: (-r[key] if higher_better else r[key], r["size_mb"] or 0, r["artifact"]))
     out = {"policy": asdict(policy), "teacher_accuracy": teacher_acc, "candidates": len(records),
            "qualified": [r["artifact"] for r in survivors], "rejected": rejected}
     if not survivors:
@@ -93,8 +106,7 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
                             f"candidates: {', '.join(rules) or 'no candidates at all'}"])
         return out
     best = survivors[0]
-    reasons = [f"fastest qualifying artifact on {policy.target}: p50 {best['latency_ms_p50']:.2f} ms at batch 1, "
-               f"seq 128",
+    reasons = [_rank_reason(best, policy),
                f"keeps {best['accuracy'] / teacher_acc:.2%} of the teacher's accuracy "
                f"(floor {policy.accuracy_floor_vs_teacher:.2%})"]
     speedups = {}
@@ -106,9 +118,18 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
                            + (", same run)" if _same_run(comparison, ref, best) else ", a different run)"))
     if len(survivors) > 1:
         runner_up = survivors[1]
-        reasons.append(f"next: {runner_up['artifact']} at {runner_up['latency_ms_p50']:.2f} ms")
+        reasons.append(f"next: {runner_up['artifact']} at " + (
+            f"{runner_up[key]:,.1f} sentences/s" if higher_better else f"{runner_up[key]:.2f} ms"))
     out.update(chosen=best["artifact"], record=best, reasons=reasons, speedup_vs=speedups)
     return out
+
+
+def _rank_reason(best: dict, policy: SelectPolicy) -> str:
+    if policy.rank_by == "dev_stream_throughput":
+        return (f"highest dev-split throughput at real lengths on {policy.target}: "
+                f"{best['dev_stream_seq_per_s']:,.1f} sentences/s (rank_by dev_stream_throughput); "
+                f"p50 {best['latency_ms_p50']:.2f} ms at batch 1, seq 128")
+    return f"fastest qualifying artifact on {policy.target}: p50 {best['latency_ms_p50']:.2f} ms at batch 1, seq 128"
 
 
 def _same_run(comparison: dict, *records: dict) -> bool:
@@ -133,13 +154,17 @@ def model_card(selection: dict, environment: dict) -> str:
         "pytorch_int8": "compress.quantize.load_dynamic_int8(path)  # rebuilt from safetensors, no pickle",
         "pytorch_inc": "compress.inc.load_inc_int8(path)  # rebuilt and verified, no pickle",
         "onnx": "onnxruntime.InferenceSession(path + '/model.onnx')  # inputs input_ids, attention_mask, token_type_ids",
+        "openvino": "openvino.Core().compile_model(path + '/model.xml', 'CPU', "
+                    "{'INFERENCE_PRECISION_HINT': 'bf16' if bf16 else 'f32'})  # or compress.openvino_ir.OpenVinoRunner",
         "tensorrt": "compress.tensorrt_engine.TrtRunner  # same TensorRT version and GPU as the build",
     }.get(r["format"], "see README")
     acc = f"{r['accuracy']:.2%}" if r.get("accuracy") is not None else "n/a"
     return "\n".join([
         f"# Model card: {r['artifact']}",
         "",
-        f"Chosen by the `select` stage for the `{p['target']}` target: fastest artifact keeping at least "
+        f"Chosen by the `select` stage for the `{p['target']}` target: "
+        + ("highest real-length dev throughput" if p.get("rank_by") == "dev_stream_throughput" else "fastest")
+        + " artifact keeping at least "
         f"{p['accuracy_floor_vs_teacher']:.1%} of the teacher's dev accuracy"
         + (f", p50 <= {p['max_latency_ms']} ms" if p.get("max_latency_ms") else "")
         + (f", size <= {p['max_size_mb']} MiB" if p.get("max_size_mb") else "") + ".",
@@ -154,7 +179,9 @@ def model_card(selection: dict, environment: dict) -> str:
         f"- accuracy {acc}" + (f", F1 {r['f1']:.2%}" if r.get("f1") is not None else "")
         + f" ({selection['record']['accuracy'] / selection['teacher_accuracy']:.2%} of the teacher's)",
         f"- latency p50 {r['latency_ms_p50']:.2f} ms, p99 {r['latency_ms_p99']:.2f} ms at batch 1, seq 128; "
-        f"throughput {r['throughput_seq_per_s']} seq/s at batch 32, seq 128",
+        f"throughput {r['throughput_seq_per_s']} seq/s at batch 32, seq 128"
+        + (f"; {r['dev_stream_seq_per_s']:,.1f} sentences/s over the dev split at real lengths"
+           if r.get("dev_stream_seq_per_s") else ""),
         f"- peak memory {r['peak_mem_mb']} MiB RSS",
         "",
         "## Hardware the numbers come from",

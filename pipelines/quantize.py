@@ -1,5 +1,8 @@
-"""Stage `quantize`: PyTorch dynamic INT8 of the student and the pruned student, measured
-beside their float parents in the same run."""
+"""Stage `quantize`: the PyTorch precision variants of the student and the pruned student,
+measured beside their float parents in the same run: INT8 (torchao, dynamic activations)
+and BF16 (the FP32 weights cast at load, `<parent>_bf16`; no files of its own). BF16 runs
+on CPUs with native bf16 (AMX-BF16 or AVX512-BF16) and is `skipped` with the reason on
+others."""
 import time
 
 from compress.config import section
@@ -20,7 +23,8 @@ def main(params: dict) -> None:
     summary = {"built": {p: quantize_checkpoint(MODELS / p, MODELS / f"{p}_int8_torch", cfg) for p in PARENTS}}
     measure_and_report(
         "quantize",
-        [Artifact(f"{p}_int8_torch", MODELS / f"{p}_int8_torch", "pytorch_int8", "int8", parent=p) for p in PARENTS],
+        [Artifact(f"{p}_int8_torch", MODELS / f"{p}_int8_torch", "pytorch_int8", "int8", parent=p) for p in PARENTS]
+        + [Artifact(f"{p}_bf16", MODELS / p, "pytorch", "bf16", parent=p) for p in PARENTS],
         [Artifact(p, MODELS / p) for p in PARENTS], mcfg, summary, t0)
 
 

@@ -15,7 +15,9 @@ def render(sel: dict) -> str:
              f"Policy: target `{p['target']}`, accuracy >= {p['accuracy_floor_vs_teacher']:.1%} of the teacher's"
              + (f", p50 <= {p['max_latency_ms']} ms" if p["max_latency_ms"] else "")
              + (f", size <= {p['max_size_mb']} MiB" if p["max_size_mb"] else "")
-             + "; the fastest qualifying artifact (p50 at batch 1, seq 128) wins.", ""]
+             + ("; the qualifying artifact with the highest dev-split throughput at real lengths wins "
+                "(rank_by dev_stream_throughput)." if p.get("rank_by") == "dev_stream_throughput"
+                else "; the fastest qualifying artifact (p50 at batch 1, seq 128) wins."), ""]
     lines.append(f"**Chosen: `{sel['chosen']}`**" if sel["chosen"] else "**Nothing qualifies.**")
     lines += [""] + [f"- {r}" for r in sel["reasons"]]
     if sel.get("promoted"):
@@ -23,7 +25,7 @@ def render(sel: dict) -> str:
                       "model card in `MODEL_CARD.md`)."]
     lines += ["", "| rejected | rule | detail |", "|---|---|---|"]
     lines += [f"| {r['artifact']} | {r['rule']} | {r['detail']} |" for r in sel["rejected"]]
-    lines += ["", f"Qualified, fastest first: {', '.join(sel['qualified']) or 'none'}.", ""]
+    lines += ["", f"Qualified, best first: {', '.join(sel['qualified']) or 'none'}.", ""]
     return "\n".join(lines)
 
 
@@ -38,6 +40,7 @@ def main(params: dict) -> None:
     rec = sel["record"] or {}
     sel["summary"] = {"chosen": sel["chosen"], "accuracy": rec.get("accuracy"),
                       "latency_ms_p50": rec.get("latency_ms_p50"), "size_mb": rec.get("size_mb"),
+                      "dev_stream_seq_per_s": rec.get("dev_stream_seq_per_s"),
                       **{f"speedup_vs_{k}": v for k, v in sel["speedup_vs"].items()}}
     atomic_write_json(REPORTS / "selection.json", sel)
     atomic_write_text(REPORTS / "selection.md", render(sel))

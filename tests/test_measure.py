@@ -21,7 +21,8 @@ def test_cpu_record_has_every_field(tiny_model_dir, prepared_sst2):
     # headline figures, which are defined at (1,128) and (32,128), points not measured here.
     # No parent given, so no agreement either.
     assert unset == {"reason", "peak_gpu_mem_mb", "f1", "stage", "latency_ms_p50", "latency_ms_p90",
-                     "latency_ms_p99", "throughput_seq_per_s", "parent", "agreement_with_parent"}
+                     "latency_ms_p99", "throughput_seq_per_s", "parent", "agreement_with_parent",
+                     "dev_stream_seq_per_s"}  # the benchmark stage asks for it (dev_stream_repeats)
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["eval_rows"] == 8
     assert rec["threads"] == 2 and rec["num_params"] > 1_000_000 and rec["size_mb"] > 1
     assert len(rec["artifact_sha256"]) == 64 and len(rec["data_sha256"]) == 64
@@ -149,3 +150,119 @@ def _die(args, queue):
     import os
 
     os._exit(3)
+
+
+# --- issue 11: per-point GPU memory, real-length throughput, BF16 on the CPU ---------------
+
+class FakeGpuMemory:
+    """Stands in for torch's CUDA allocator: the fake runner 'allocates' by raising the peak."""
+
+    def __init__(self):
+        self.peak = 0.0
+        self.resets = 0
+
+    def reset(self):
+        self.peak = 0.0
+        self.resets += 1
+
+    def peak_mb(self):
+        return self.peak
+
+    def release(self):
+        pass
+
+
+class FakeGpuRunner:
+    """Batch 32 'needs' 99,000 MiB and runs out of memory after allocating it."""
+
+    def __init__(self, memory):
+        self.memory = memory
+
+    def __call__(self, batch):
+        b, s = batch
+        need = 99_000.0 if b >= 32 else 10.0 * b * s / 128
+        self.memory.peak = max(self.memory.peak, need)
+        if b >= 32:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 96.00 GiB")
+        return None
+
+    def synchronize(self):
+        pass
+
+
+def test_gpu_peak_memory_is_per_point_and_leaves_out_points_that_did_not_fit():
+    from compress.measure import latency_points, record_gpu_peak
+
+    mem = FakeGpuMemory()
+    cfg = MeasureConfig(targets=["gpu"], points=[[1, 128], [32, 128], [4, 128]], warmup_queries=0,
+                        min_queries=2, min_duration_s=0.0)
+    points = latency_points(FakeGpuRunner(mem), lambda b, s: (b, s), cfg, "gpu", gpu_memory=mem)
+    assert [p.status for p in points] == ["ok", "does_not_fit", "ok"]
+    assert mem.resets == 3  # reset before every point
+    assert points[0].peak_gpu_mem_mb == 10.0 and points[2].peak_gpu_mem_mb == 40.0
+    assert points[1].peak_gpu_mem_mb is None and "out of memory" in points[1].reason
+    # the record's figure: the accuracy pass and the points that ran, never the failed one
+    assert record_gpu_peak(25.0, points) == 40.0
+    assert record_gpu_peak(None, [points[1]]) is None
+
+
+def test_cpu_oom_text_is_still_an_error():
+    from compress.measure import latency_points
+
+    mem = FakeGpuMemory()
+    cfg = MeasureConfig(targets=["cpu"], points=[[32, 128]], warmup_queries=0, min_queries=1, min_duration_s=0.0)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        latency_points(FakeGpuRunner(mem), lambda b, s: (b, s), cfg, "cpu")
+
+
+def test_dev_stream_throughput_classifies_the_whole_dev_split(tiny_model_dir, prepared_sst2, monkeypatch):
+    """Real-length throughput goes through compress predict's own loop over every dev row."""
+    import compress.predict as predict
+
+    seen = []
+    real = predict.predict_stream
+
+    def counting(loaded, examples, batch_size=32, max_length=128, *a, **k):
+        seen.append((len(examples), batch_size, max_length))
+        return real(loaded, examples, batch_size, max_length, *a, **k)
+
+    monkeypatch.setattr(predict, "predict_stream", counting)
+    cfg = MeasureConfig(targets=["cpu"], isolate=False, dev_stream_repeats=2, eval_max_rows=2, **FAST)
+    (rec,) = measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg)
+    assert rec["dev_stream_seq_per_s"] > 0 and rec["eval_rows"] == 2
+    assert seen == [(8, 32, 128)] * 3  # one warm-up + 2 timed passes, all 8 dev rows (not eval_max_rows)
+    with pytest.raises(Exception, match="dev_stream_repeats"):
+        MeasureConfig(dev_stream_repeats=-1)
+
+
+def test_bf16_is_skipped_with_reason_on_a_cpu_without_native_bf16(tmp_path, monkeypatch):
+    from compress.env import bf16_unavailable, matrix_engines
+
+    old_cpu = {"avx2": True, "avx512f": True, "avx512_vnni": True}
+    assert "no native bf16" in bf16_unavailable(old_cpu)
+    assert bf16_unavailable({"amx_bf16": True}) is None and bf16_unavailable({"avx512_bf16": True}) is None
+    assert matrix_engines(old_cpu) == {"AMX-BF16": False, "AMX-INT8": False, "AVX512-BF16": False,
+                                       "AVX512-VNNI": True, "AVX-VNNI": False}
+    # the whole run acts as that CPU: the record says skipped, with the reason
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx2,avx512f,avx512_vnni")
+    reason = skip_reason(Artifact("s_bf16", tmp_path, "pytorch", "bf16"), "cpu")
+    assert reason and "no native bf16" in reason
+    assert "GPU rows use FP16" in skip_reason(Artifact("s_bf16", tmp_path, "pytorch", "bf16"), "gpu")
+    cfg = MeasureConfig(targets=["cpu"], isolate=False, **FAST)
+    (rec,) = measure(Artifact("s_bf16", tmp_path, "pytorch", "bf16"), tmp_path, cfg)
+    assert rec["status"] == "skipped" and "no native bf16" in rec["reason"]
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx512_bf16")
+    assert skip_reason(Artifact("s_bf16", tmp_path, "pytorch", "bf16"), "cpu") is None
+
+
+@pytest.mark.skipif(__import__("compress.env", fromlist=["x"]).bf16_unavailable() is not None,
+                    reason="this CPU has no native bf16")
+def test_bf16_variant_is_measured_beside_its_parent(tiny_model_dir, prepared_sst2):
+    from compress.runners import artifact_dir
+
+    assert artifact_dir("tiny_bf16", tiny_model_dir.parent) == tiny_model_dir  # same files as the parent
+    cfg = MeasureConfig(targets=["cpu"], isolate=False, gpu_fp16=False, **FAST)
+    records, _ = measure_with_reference([Artifact("tiny_bf16", tiny_model_dir, "pytorch", "bf16", parent="tiny")],
+                                        [Artifact("tiny", tiny_model_dir)], prepared_sst2, cfg)
+    (rec,) = records
+    assert rec["status"] == "ok" and rec["precision"] == "bf16" and rec["agreement_with_parent"] >= 0.75

@@ -144,3 +144,24 @@ def test_cli_evaluate_scores_a_glue_split(production, sst2_dir, capsys):
     assert main(["evaluate", "--artifact", str(production), "--data", str(sst2_dir)]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["rows"] == 8 and 0 <= res["accuracy"] <= 1
+
+
+def test_rank_by_dev_stream_throughput_picks_the_highest_real_length_throughput():
+    """rank_by: the default ranks by 1x128 p50; dev_stream_throughput by sentences/s over the
+    dev split at real lengths, and a candidate without that figure is not_measured."""
+    stream = {"teacher": 200.0, "student": 900.0, "int8": 1500.0, "smaller_int8": 2500.0}
+    comp = {"environment": ENV, "records": [
+        {**r, "dev_stream_seq_per_s": stream.get(r["artifact"])} for r in COMPARISON["records"]]}
+    assert select(comp, SelectPolicy(exclude=["student_control"]))["chosen"] == "int8"
+    sel = select(comp, SelectPolicy(exclude=["student_control"], rank_by="dev_stream_throughput"))
+    assert sel["chosen"] == "smaller_int8"
+    assert sel["qualified"] == ["smaller_int8", "int8", "student", "teacher"]
+    assert "2,500.0 sentences/s" in sel["reasons"][0] and "next: int8 at 1,500.0 sentences/s" in sel["reasons"]
+    comp["records"] = [{**r, "dev_stream_seq_per_s": None} if r["artifact"] == "smaller_int8" else r
+                       for r in comp["records"]]
+    sel = select(comp, SelectPolicy(exclude=["student_control"], rank_by="dev_stream_throughput"))
+    assert sel["chosen"] == "int8"
+    assert {"artifact": "smaller_int8", "rule": "not_measured",
+            "detail": "no dev-split throughput at real lengths (rank_by dev_stream_throughput)"} in sel["rejected"]
+    with pytest.raises(ConfigError, match="rank_by must be one of p50_1x128, dev_stream_throughput"):
+        build(SelectPolicy, {"rank_by": "p99"}, "select")
