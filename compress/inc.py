@@ -37,29 +37,50 @@ Run eagerly it *simulates* INT8 (what the tuning evaluates, and slower than fp32
 `.train()` and keyword inputs, so it is wrapped in `IncInt8Classifier`, which takes the
 usual `input_ids / attention_mask / token_type_ids` and has `.config`, like the float model.
 
+Word embeddings (`quantize_embeddings`, default true)
+-----------------------------------------------------
+INC's PT2E INT8 quantizes Linear layers only, and the word-embedding table (30,522 x 384)
+is two thirds of the 3x384 student. With `quantize_embeddings` the table is made INT8
+with one fp32 scale per row (`compress.quantize.quantize_rows`, symmetric; 0.73% mean
+relative row error on the real MiniLM table) *before* the model is exported, so the float
+baseline, every trial and the stored artifact all run exactly the dequantized per-row
+table: the accuracy INC tunes on and the stage measures is that of what is shipped. The
+baseline is then "FP32 with INT8 word embeddings"; the stage's comparison with the FP32
+parent shows the whole loss. `quantize_embeddings: false` keeps the FP32 table.
+
 Storage (never pickled)
 -----------------------
 INC's own `save`/`load` for PT2E models is `torch.export.save/load`; a .pt2 archive may
 hold pickled entries that `torch.export.load` unpickles (`torch.load(weights_only=False)`,
-`pickle.loads`), so it is not used. The project's `save_dynamic_int8` stores torch.ao
-modules, which this is not. Instead `save_inc_int8` stores what deterministically rebuilds
-the graph, and `load_inc_int8` rebuilds and verifies it:
+`pickle.loads`), so it is not used. Instead `save_inc_int8` stores what deterministically
+rebuilds the graph, and `load_inc_int8` rebuilds and verifies it:
 
-    model.safetensors, config.json, tokenizer files   the float weights (the graph keeps
-                                                      fp32 weights; INT8 is applied in it)
+    model.safetensors   the weights: each Linear weight the graph quantizes as
+                        `<key>_int8` (int8, exactly the graph's quantized weight),
+                        `<key>_scale` / `<key>_zero_point` (its weight quantization
+                        parameters); with INT8 embeddings the word-embedding table as
+                        `<key>_int8` + `<key>_scale` (per row); everything else float.
+                        17.9 MiB for the 3x384 student (FP32 weights: 66 MiB).
+    config.json, tokenizer files
     inc_int8.json   the chosen config (approach, INC parameters, layers kept in float),
                     every literal quantization parameter of the graph (activation scales
                     and zero points from calibration) by node name, a hash of the
-                    per-channel weight scales, a probe batch with its logits, versions
+                    per-channel weight scales, which weights are stored INT8, a probe
+                    batch with its logits, versions
 
-Loading exports the float model again, quantizes it with the recorded config (one pass of
-the probe batch fills the weight observers; weight scales depend on the weights only),
-writes the recorded activation scales into the graph, then checks the weight-scale hash
-and the probe logits. A mismatch (another torch / torchao / INC version naming graph nodes
-differently) is an error that says to re-run the INC stage; no calibration data is needed.
+Loading dequantizes the stored INT8 weights into the float model (a weight w' = q * s
+quantizes back to exactly q with the stored scale s, so nothing is lost), exports it
+again, quantizes it with the recorded config (one pass of the probe batch fills the weight
+observers), writes the recorded weight scales and activation scales into the graph, then
+checks that the rebuilt graph quantizes every weight to exactly the stored int8 data, the
+weight-scale hash and the probe logits. A mismatch (another torch / torchao / INC version
+naming graph nodes differently, or an altered file) is an error naming the file that
+says to re-run the INC stage; no calibration data is needed.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -95,7 +116,10 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
 }
 ON_MISS = ("error", "best")
 META_FILE = "inc_int8.json"
-FORMAT = "inc-pt2e-int8/1"
+WEIGHTS_FILE = "model.safetensors"
+FORMAT = "inc-pt2e-int8/2"  # /2: INT8 weights (and optionally word embeddings) in safetensors
+WORD_EMBEDDINGS = "bert.embeddings.word_embeddings.weight"
+EMBEDDING_SCHEME = "int8-symmetric-per-row"
 INC_PIP = "neural-compressor-pt==3.10"
 
 
@@ -123,6 +147,9 @@ class IncConfig:
     # When no trial meets the goal: "error" raises IncGoalNotMet (with the report),
     # "best" returns the most accurate trial's model with report["met_goal"] = False.
     on_miss: str = "error"
+    # Word-embedding table as INT8 rows + fp32 per-row scales, applied before tuning so the
+    # baseline, the trials and the stored artifact all use it (module docstring).
+    quantize_embeddings: bool = True
 
     def __post_init__(self):
         check(len(self.approaches) > 0, "approaches must name at least one of " + ", ".join(APPROACHES))
@@ -171,13 +198,17 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 class IncInt8Classifier(torch.nn.Module):
     """An exported (float or INT8 qdq) BERT classifier graph behind the HF calling
     convention: `model(input_ids=..., attention_mask=..., token_type_ids=...).logits`.
-    Inference only; `spec` is the INC trial it was built with (None: the float graph)."""
+    Inference only; `spec` is the INC trial it was built with (None: the float graph);
+    `word_embeddings_int8` the (int8 rows, fp32 per-row scales) the graph's word-embedding
+    table was dequantized from, or None for an FP32 table."""
 
-    def __init__(self, gm: torch.nn.Module, config, spec: dict | None = None):
+    def __init__(self, gm: torch.nn.Module, config, spec: dict | None = None,
+                 word_embeddings_int8: tuple[torch.Tensor, torch.Tensor] | None = None):
         super().__init__()
         self.gm = gm
         self.config = config
         self.spec = spec
+        self.word_embeddings_int8 = word_embeddings_int8
         self.training = False
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None):
@@ -227,10 +258,19 @@ def linear_module_names(model) -> list[str]:
     return sorted(n for n, m in model.named_modules() if isinstance(m, kinds))
 
 
+def _torchao_int8(module) -> bool:
+    try:
+        from torchao.quantization import Int8Tensor
+    except ImportError:
+        return False
+    return isinstance(module, torch.nn.Linear) and isinstance(module.weight, Int8Tensor)
+
+
 def quantized_module_names(model) -> list[str]:
     """Names of the Linear layers that run with INT8 weights: in an INC graph, those whose
-    weight comes through an int8 dequantize node; in an eager model, torch.ao quantized
-    Linear modules (the project's `compress.quantize` route)."""
+    weight comes through an int8 dequantize node; in an eager model, Linear modules with a
+    torchao INT8 weight (the project's `compress.quantize` route) or torch.ao quantized
+    Linear modules."""
     gm = _graph(model)
     if gm is not None:
         names = set()
@@ -240,7 +280,7 @@ def quantized_module_names(model) -> list[str]:
                 names.add(_module_of(n))
         return sorted(names - {None})
     kinds = (torch.ao.nn.quantized.Linear, torch.ao.nn.quantized.dynamic.Linear)
-    return sorted(n for n, m in model.named_modules() if isinstance(m, kinds))
+    return sorted(n for n, m in model.named_modules() if isinstance(m, kinds) or _torchao_int8(m))
 
 
 # --- inputs, export, configs ---------------------------------------------------------------
@@ -359,12 +399,28 @@ def inc_autotune(model, eval_fn: Callable[[torch.nn.Module], float], calib_batch
     was_training = model.training
     model.eval()
     try:
-        return _autotune(q, model, eval_fn, _calibration(calib_batches, cfg.calibration_rows), cfg, t0)
+        work, emb = model, None
+        if cfg.quantize_embeddings:  # a copy: the caller's model keeps its FP32 table
+            work, emb = int8_word_embeddings(model)
+        return _autotune(q, work, eval_fn, _calibration(calib_batches, cfg.calibration_rows), cfg, t0, emb)
     finally:
         model.train(was_training)
 
 
-def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float):
+def int8_word_embeddings(model) -> tuple[torch.nn.Module, tuple[torch.Tensor, torch.Tensor]]:
+    """(a copy of the float model whose word-embedding table holds its per-row INT8 values
+    dequantized, (int8 rows, fp32 per-row scales))."""
+    from .quantize import dequantize_rows, quantize_rows
+
+    work = copy.deepcopy(model).eval()
+    table = work.get_parameter(WORD_EMBEDDINGS)
+    q, scale = quantize_rows(table)
+    with torch.no_grad():
+        table.copy_(dequantize_rows(q, scale))
+    return work, (q, scale)
+
+
+def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float, emb=None):
     trials = plan_trials(cfg, linear_module_names(model))
     for t in trials:
         t["inc"] = _inc_config(t["approach"], t["params"], t["fp32_modules"])
@@ -417,7 +473,7 @@ def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float):
     if qgm is None or list(qgm.qconfig.values())[0] != best["inc"]:
         raise RuntimeError("INC autotune returned a model that is not the chosen trial's; "
                            f"INC {versions().get('neural-compressor-pt')} may have changed its tuning loop")
-    qmodel = IncInt8Classifier(qgm, model.config, _public(best))
+    qmodel = IncInt8Classifier(qgm, model.config, _public(best), emb)
     report = {
         "baseline_accuracy": baseline,
         "tolerable_loss": cfg.tolerable_loss,
@@ -430,6 +486,7 @@ def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float):
         "quantized_modules": quantized_module_names(qgm),
         "float_linears": sorted(set(linear_module_names(qgm)) - set(quantized_module_names(qgm))),
         "calibration_rows": sum(len(a[0]) for a in calib),
+        "word_embeddings": EMBEDDING_SCHEME if emb is not None else "float32",
         "export_s": round(export_s, 3),
         "baseline_eval_s": round(evals[0][1] - t_start, 3),
         "wall_s": round(time.perf_counter() - t0, 3),
@@ -505,11 +562,80 @@ def _without_timings(obj):
     return obj
 
 
+def _attr(gm, target: str):
+    return functools.reduce(getattr, target.split("."), gm)
+
+
+def _weight_quant_nodes(gm) -> dict[str, Any]:
+    """Float weight key -> the graph node quantizing it (its first argument is the
+    weight's get_attr): the Linear weights that run as INT8."""
+    out = {}
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and str(n.target).startswith("quantized_decomposed.quantize_per_") \
+                and n.args and getattr(n.args[0], "op", None) == "get_attr":
+            out[n.args[0].target] = n
+    return out
+
+
+def _resolved_args(gm, node) -> list:
+    return [_attr(gm, a.target) if isinstance(a, torch.fx.Node) and a.op == "get_attr" else a for a in node.args]
+
+
+def _quantized_weight(gm, node) -> torch.Tensor:
+    """What the graph's quantize node makes of its weight (the int8 data it runs with)."""
+    with torch.no_grad():
+        return node.target(*_resolved_args(gm, node), **node.kwargs)
+
+
+def _weight_qparams(gm, node) -> tuple[torch.Tensor, torch.Tensor, int | None]:
+    """(scale, zero point, channel axis or None) of a weight quantize node."""
+    args = _resolved_args(gm, node)
+    if "per_channel" in str(node.target):
+        return args[1].detach().clone(), args[2].detach().clone(), int(args[3])
+    return torch.tensor([float(args[1])], dtype=torch.float64), torch.tensor([int(args[2])]), None
+
+
+def _dequantize_weight(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, axis: int | None) -> torch.Tensor:
+    """A float weight that the graph quantizes back to exactly q with this scale."""
+    if axis is not None:
+        shape = [1] * q.ndim
+        shape[axis] = -1
+        scale, zero = scale.reshape(shape), zero.reshape(shape)
+    return ((q.double() - zero.double()) * scale.double()).float()
+
+
 def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, extra: dict | None = None) -> None:
-    """Store an `inc_autotune` result atomically in out_dir (float safetensors + inc_int8.json)."""
+    """Store an `inc_autotune` result atomically in out_dir (INT8 + float safetensors +
+    inc_int8.json); the INT8 Linear weights and, when the model has them, the INT8 word
+    embeddings are stored as int8 data with their scales."""
+    from safetensors.torch import save_file
+
+    from .quantize import dequantize_rows
+
     if not isinstance(qmodel, IncInt8Classifier) or qmodel.spec is None:
         raise ValueError("save_inc_int8 stores the model returned by inc_autotune")
     hf = _float_model(qmodel)
+    tensors = {k: v.detach().contiguous() for k, v in hf.state_dict().items()}
+    int8_weights = {}
+    for key, node in sorted(_weight_quant_nodes(qmodel.gm).items()):
+        if key not in tensors:
+            raise ValueError(f"the INC graph quantizes {key}, which is not a weight of the float model")
+        q = _quantized_weight(qmodel.gm, node)
+        scale, zero, axis = _weight_qparams(qmodel.gm, node)
+        if q.dtype != torch.int8:
+            raise ValueError(f"the INC graph quantizes {key} to {q.dtype}; only int8 weights are stored")
+        del tensors[key]
+        tensors.update({f"{key}_int8": q.contiguous(), f"{key}_scale": scale.contiguous(),
+                        f"{key}_zero_point": zero.contiguous()})
+        int8_weights[key] = {"axis": axis}
+    emb = None
+    if qmodel.word_embeddings_int8 is not None:
+        q, scale = qmodel.word_embeddings_int8
+        if not torch.equal(dequantize_rows(q, scale), tensors[WORD_EMBEDDINGS]):
+            raise ValueError("the INC graph's word-embedding table is not the dequantized INT8 table it carries")
+        del tensors[WORD_EMBEDDINGS]
+        tensors.update({f"{WORD_EMBEDDINGS}_int8": q.contiguous(), f"{WORD_EMBEDDINGS}_scale": scale.contiguous()})
+        emb = EMBEDDING_SCHEME
     probe = _probe(qmodel.config)
     with torch.no_grad():
         logits = qmodel(*probe).logits
@@ -518,6 +644,8 @@ def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, ext
         "spec": qmodel.spec,
         "inc_config": {k: v.to_dict() for k, v in qmodel.gm.qconfig.items()},
         "quantized_modules": quantized_module_names(qmodel),
+        "int8_weights": int8_weights,
+        "word_embeddings": emb or "float32",
         "qparams": _literal_qparams(qmodel.gm),
         "weight_qparams_sha256": _weight_qparams_sha(qmodel.gm, set(hf.state_dict())),
         "probe": {"input_ids": probe[0].tolist(), "attention_mask": probe[1].tolist(),
@@ -527,15 +655,76 @@ def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, ext
     }
     text = json.dumps(meta, indent=2, default=str) + "\n"
     with atomic_dir(out_dir) as tmp:
-        hf.save_pretrained(tmp, safe_serialization=True)
+        hf.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         (tmp / META_FILE).write_text(text)
+
+
+def _float_state_dict(path: Path, meta: dict, expected: dict[str, torch.Tensor]) -> tuple[dict, dict, tuple | None]:
+    """The float state dict rebuilt from the stored tensors (INT8 weights dequantized), the
+    stored int8 weights by key, and the INT8 word embeddings (rows, scales) or None;
+    ValueErrors name the file."""
+    from safetensors.torch import load_file
+
+    from .quantize import dequantize_rows
+
+    st = path / WEIGHTS_FILE
+    if not st.is_file():
+        raise UserError(f"{st}: missing; not a complete INC INT8 artifact (re-run the INC stage)")
+    tensors = load_file(str(st))
+    sd, stored, emb = {}, {}, None
+
+    def take(key: str, dtype: torch.dtype) -> torch.Tensor:
+        if key not in tensors:
+            raise UserError(f"{st}: {key} is missing")
+        t = tensors.pop(key)
+        if t.dtype != dtype:
+            raise UserError(f"{st}: {key} is {t.dtype}, expected {dtype}")
+        return t
+
+    for key, rec in meta.get("int8_weights", {}).items():
+        if key not in expected:
+            raise UserError(f"{path / META_FILE}: {key} is not a weight of the model config.json describes")
+        q = take(f"{key}_int8", torch.int8)
+        scale, zero = tensors.pop(f"{key}_scale", None), tensors.pop(f"{key}_zero_point", None)
+        if scale is None or zero is None:
+            raise UserError(f"{st}: {key}_scale or {key}_zero_point is missing")
+        if tuple(q.shape) != tuple(expected[key].shape):
+            raise UserError(f"{st}: {key}_int8 has shape {tuple(q.shape)}, config.json implies "
+                             f"{tuple(expected[key].shape)}")
+        n = q.shape[rec["axis"]] if rec["axis"] is not None else 1
+        if scale.numel() != n or zero.numel() != n:
+            raise UserError(f"{st}: {key} has {scale.numel()} scales / {zero.numel()} zero points, expected {n}")
+        sd[key] = _dequantize_weight(q, scale, zero, rec["axis"])
+        stored[key] = (q, scale, zero)
+    if meta.get("word_embeddings") == EMBEDDING_SCHEME:
+        q = take(f"{WORD_EMBEDDINGS}_int8", torch.int8)
+        scale = take(f"{WORD_EMBEDDINGS}_scale", torch.float32)
+        rows, dim = expected[WORD_EMBEDDINGS].shape
+        if tuple(q.shape) != (rows, dim) or tuple(scale.shape) != (rows, 1):
+            raise UserError(f"{st}: {WORD_EMBEDDINGS} is {tuple(q.shape)} with scales {tuple(scale.shape)}, "
+                             f"config.json implies ({rows}, {dim}) with ({rows}, 1)")
+        sd[WORD_EMBEDDINGS] = dequantize_rows(q, scale)
+        emb = (q, scale)
+    sd.update(tensors)
+    missing, unexpected = sorted(set(expected) - set(sd)), sorted(set(sd) - set(expected))
+    if missing or unexpected:
+        raise UserError(f"{st} does not match config.json and {META_FILE}: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    for k, v in sd.items():
+        if tuple(v.shape) != tuple(expected[k].shape):
+            raise UserError(f"{st}: {k} has shape {tuple(v.shape)}, config.json implies {tuple(expected[k].shape)}")
+    return sd, stored, emb
 
 
 def load_inc_int8(path: str | Path) -> tuple[IncInt8Classifier, Any, dict]:
     """Rebuild a model stored by `save_inc_int8` -> (model, tokenizer, meta); verified
-    against the stored weight-scale hash and probe logits. Nothing is unpickled."""
-    from .models import load_saved
+    against the stored int8 weights, the weight-scale hash and the probe logits. Nothing
+    is unpickled."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from .models import load_tokenizer
 
     path = Path(path)
     meta_path = path / META_FILE
@@ -543,10 +732,14 @@ def load_inc_int8(path: str | Path) -> tuple[IncInt8Classifier, Any, dict]:
         raise UserError(f"{path}: no {META_FILE}; not an INC INT8 artifact (run the INC stage)")
     meta = json.loads(meta_path.read_text())
     if meta.get("format") != FORMAT:
-        raise UserError(f"{meta_path}: format {meta.get('format')!r}, this code reads {FORMAT!r}")
+        raise UserError(f"{meta_path}: format {meta.get('format')!r}, this code reads {FORMAT!r}; "
+                        "re-run the INC stage")
     rerun = (f"it was saved with {meta.get('versions')}, this environment has {versions()}; "
              "re-run the INC stage to rebuild it here")
-    hf, tokenizer = load_saved(path)
+    hf = BertForSequenceClassification(BertConfig.from_pretrained(path)).eval()  # weights below
+    sd, stored, emb = _float_state_dict(path, meta, hf.state_dict())
+    hf.load_state_dict(sd, strict=True)
+    tokenizer = load_tokenizer(path)
     spec = meta["spec"]
     probe = _probe(hf.config)
     q = _inc()
@@ -560,19 +753,40 @@ def load_inc_int8(path: str | Path) -> tuple[IncInt8Classifier, Any, dict]:
                          run_fn=lambda g: g(*probe), example_inputs=probe)
     finally:
         inc_log.setLevel(level)
-    stored, nodes = meta["qparams"], {n.name: n for n in qgm.graph.nodes}
+    stored_qp, nodes = meta["qparams"], {n.name: n for n in qgm.graph.nodes}
     now = _literal_qparams(qgm)
-    if set(stored) != set(now) or any(stored[k]["target"] != now[k]["target"] for k in stored):
+    if set(stored_qp) != set(now) or any(stored_qp[k]["target"] != now[k]["target"] for k in stored_qp):
         raise UserError(f"{path}: the rebuilt INT8 graph does not match the stored one; {rerun}")
-    for name, rec in stored.items():
+    for name, rec in stored_qp.items():
         args = list(nodes[name].args)
         for i, v in rec["args"].items():
             args[int(i)] = v
         nodes[name].args = tuple(args)
     qgm.recompile()
+    # The stored weight scales replace the ones the observers derived from the dequantized weights.
+    wnodes = _weight_quant_nodes(qgm)
+    if set(wnodes) != set(stored):
+        raise UserError(f"{path}: the rebuilt graph quantizes {len(wnodes)} weights, {META_FILE} lists "
+                        f"{len(stored)}; {rerun}")
+    with torch.no_grad():
+        for key, (_, scale, zero) in stored.items():
+            node = wnodes[key]
+            if "per_channel" in str(node.target):
+                for arg, value in ((node.args[1], scale), (node.args[2], zero)):
+                    buf = _attr(qgm, arg.target)
+                    if buf.shape != value.shape:
+                        raise UserError(f"{path / WEIGHTS_FILE}: {key}: {tuple(value.shape)} scales, the graph "
+                                         f"has {tuple(buf.shape)}")
+                    buf.copy_(value)
+    # Checked: the rebuilt graph runs every weight as exactly the stored int8 data ...
+    for key, (qdata, _, _) in stored.items():
+        if not torch.equal(_quantized_weight(qgm, wnodes[key]), qdata):
+            raise UserError(f"{path / WEIGHTS_FILE}: {key}: the rebuilt graph's int8 weight differs from the "
+                             f"stored one; {rerun}")
     if _weight_qparams_sha(qgm, set(hf.state_dict())) != meta["weight_qparams_sha256"]:
         raise UserError(f"{path}: rebuilt weight scales differ from the stored ones; {rerun}")
-    model = IncInt8Classifier(qgm, hf.config, spec)
+    model = IncInt8Classifier(qgm, hf.config, spec, emb)
+    # ... and computes what the saved one computed.
     with torch.no_grad():
         logits = model(*probe).logits
     want = torch.tensor(meta["probe"]["logits"], dtype=logits.dtype)

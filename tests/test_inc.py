@@ -1,5 +1,6 @@
 """Intel Neural Compressor route (compress/inc.py): accuracy-aware INT8 autotune on a tiny
-BERT with scripted dev accuracies, the report, float-kept layers, storage without pickle."""
+BERT with scripted dev accuracies, the report, float-kept layers, INT8 word embeddings,
+INT8 storage without pickle."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,6 +11,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from compress.config import ConfigError, build
 from compress.errors import UserError
@@ -103,6 +105,10 @@ def test_config_from_params_section():
         build(IncConfig, {"max_trial": 3}, "inc")
     with pytest.raises(ConfigError, match="inc.approaches"):
         build(IncConfig, {"approaches": "dynamic"}, "inc")
+    assert IncConfig().quantize_embeddings and not build(IncConfig, {"quantize_embeddings": False}, "inc") \
+        .quantize_embeddings
+    with pytest.raises(ConfigError, match="inc.quantize_embeddings"):
+        build(IncConfig, {"quantize_embeddings": "no"}, "inc")
 
 
 def test_plan_orders_variants_then_fallbacks_without_duplicates():
@@ -127,10 +133,13 @@ def test_pattern_matching_no_layer_is_an_error():
         plan_trials(IncConfig(keep_fp32=["clasifier"]), TINY_LINEARS)
 
 
-def test_quantized_module_names_of_an_eager_torch_ao_model():
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    q = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-    assert quantized_module_names(q) == ["0", "2"] and linear_module_names(q) == ["0", "2"]
+def test_quantized_module_names_of_the_eager_torchao_route():
+    from compress.quantize import QuantizeConfig, quantize
+
+    model, _ = tiny_model()
+    q = quantize(model.eval(), QuantizeConfig())
+    assert linear_module_names(q) == TINY_LINEARS
+    assert quantized_module_names(q) == [n for n in TINY_LINEARS if n != "classifier"]
     assert quantized_module_names(model) == []
 
 
@@ -143,8 +152,10 @@ def dynamic_result(tiny):
     seen = []
     cfg = IncConfig(approaches=["dynamic", "static"], calibration_rows=6)
     model.train()
+    table = model.bert.embeddings.word_embeddings.weight.detach().clone()
     qmodel, report = inc_autotune(model, scripted(0.9, [0.80, 0.895, 0.9], seen), batches, cfg)
     assert model.training  # the caller's mode is restored
+    assert torch.equal(model.bert.embeddings.word_embeddings.weight, table)  # and its FP32 table
     return qmodel, report, seen
 
 
@@ -167,6 +178,13 @@ def test_autotune_stops_at_first_config_meeting_the_goal(tiny, dynamic_result):
     assert quantized_module_names(qmodel) == [n for n in TINY_LINEARS
                                               if n not in ("bert.pooler.dense", "classifier")]
     assert report["float_linears"] == ["bert.pooler.dense", "classifier"]
+    # the word embeddings run as their per-row INT8 values, in the baseline and every trial
+    from compress.quantize import dequantize_rows
+
+    assert report["word_embeddings"] == "int8-symmetric-per-row"
+    q, scale = qmodel.word_embeddings_int8
+    assert q.dtype == torch.int8 and scale.shape == (q.shape[0], 1)
+    assert torch.equal(qmodel.gm.state_dict()["bert.embeddings.word_embeddings.weight"], dequantize_rows(q, scale))
     # it is a classifier close to the float one, called like the HF model, any batch shape
     for batch in batches:
         ref = float_logits(model, batch)
@@ -232,13 +250,23 @@ def test_baseline_must_be_a_positive_score(tiny):
 @needs_inc
 def test_save_and_load_rebuild_identical_model_without_pickle(tiny, dynamic_result, tmp_path, monkeypatch):
     model, tokenizer, batches = tiny
-    static, _ = inc_autotune(model, scripted(1.0, [1.0]), batches,
-                             IncConfig(approaches=["static"], calibration_rows=8))
+    static, report = inc_autotune(model, scripted(1.0, [1.0]), batches,
+                                  IncConfig(approaches=["static"], calibration_rows=8, quantize_embeddings=False))
+    assert report["word_embeddings"] == "float32" and static.word_embeddings_int8 is None
+    float_bytes = sum(v.numel() * 4 for v in model.state_dict().values())
+    emb = "bert.embeddings.word_embeddings.weight"
     for name, qmodel in [("dynamic", dynamic_result[0]), ("static", static)]:
         out = tmp_path / name
         save_inc_int8(qmodel, tokenizer, out, extra={"trials": 1})
         assert {p.suffix for p in out.iterdir()} <= {".json", ".safetensors", ".txt"}
         assert not list(out.glob("*.pt*")) and not list(out.glob("*.bin"))
+        # INT8 Linear weights (+ per-row INT8 word embeddings for "dynamic") as int8 tensors
+        t = load_file(str(out / "model.safetensors"))
+        w = "bert.encoder.layer.0.intermediate.dense.weight"
+        assert t[f"{w}_int8"].dtype == torch.int8 and w not in t and "classifier.weight" in t
+        assert (f"{emb}_int8" in t) == (name == "dynamic") and (emb in t) == (name == "static")
+        int8_bytes = sum(v.numel() for k, v in t.items() if k.endswith("_int8"))
+        assert (out / "model.safetensors").stat().st_size < float_bytes - 0.9 * 3 * int8_bytes
         with monkeypatch.context() as m:  # loading never unpickles anything
             m.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle.loads called"))
             m.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load called"))
@@ -263,6 +291,24 @@ def test_save_and_load_rebuild_identical_model_without_pickle(tiny, dynamic_resu
         load_inc_int8(tmp_path / "static")
     with pytest.raises(UserError, match="not an INC INT8 artifact"):
         load_inc_int8(tmp_path)
+    # altered tensors: refused with the file (and tensor) named
+    st = tmp_path / "dynamic" / "model.safetensors"
+    good = load_file(str(st))
+    key = "bert.encoder.layer.0.intermediate.dense.weight"
+    for change, message in [
+        (lambda t: t.__setitem__(f"{key}_int8", t[f"{key}_int8"].float()),
+         f"model.safetensors: {key}_int8 is torch.float32"),
+        # (per-tensor weights here: the graph's recorded scale no longer gives the stored int8 data)
+        (lambda t: t.__setitem__(f"{key}_scale", t[f"{key}_scale"] * 2),
+         f"model.safetensors: {key}: the rebuilt graph's int8 weight differs from the stored one"),
+        (lambda t: t.pop(f"{emb}_scale"), f"model.safetensors: {emb}_scale is missing"),
+        (lambda t: t.__setitem__(f"{emb}_int8", t[f"{emb}_int8"][:-1]), f"model.safetensors: {emb} is"),
+    ]:
+        t = dict(good)
+        change(t)
+        save_file(t, str(st), metadata={"format": "pt"})
+        with pytest.raises((UserError, ValueError), match=message):
+            load_inc_int8(tmp_path / "dynamic")
 
 
 @needs_inc

@@ -1,5 +1,6 @@
 """ONNX export (validated against PyTorch), fusion of uneven-head pruned models, ONNX
-Runtime dynamic INT8 obeying keep_float, and refusal of bad ONNX files."""
+Runtime dynamic INT8 obeying keep_float, INT8 word embeddings (per row, ORT's per tensor,
+or FP32), and refusal of bad ONNX files."""
 import numpy as np
 import onnx
 import pytest
@@ -10,7 +11,8 @@ from compress.measure import MeasureConfig, measure_with_reference
 from compress.models import save_classifier
 from compress.onnx_export import (ExportConfig, OnnxFileError, ParityError, check_onnx_file, cpu_session,
                                   export_onnx, run_session)
-from compress.onnx_runtime import OrtQuantConfig, node_group, quantize_onnx, quantized_groups
+from compress.onnx_runtime import (OrtQuantConfig, embedding_error, int8_word_embeddings, node_group, quantize_onnx,
+                                   quantized_groups)
 from compress.runners import Artifact
 from conftest import tiny_model
 
@@ -80,16 +82,102 @@ def test_export_config_rejects_bad_values(data, message):
         build(ExportConfig, data, "export_onnx")
 
 
-def test_onnx_int8_default_keeps_embeddings_and_classifier_float(exported, tmp_path):
+FLOAT_EMB = OrtQuantConfig(keep_float=["embeddings", "layernorm", "classifier"], quantize_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def int8_graphs(exported):
+    """The fused graph quantized once per word-embedding choice: per_row (the default),
+    per_tensor (ORT's QEmbedLayerNormalization) and FP32."""
     root, _, _ = exported
-    summary = quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig())
-    groups = quantized_groups(tmp_path / "int8/model.onnx")
+    out = {}
+    for name, cfg in (("per_row", OrtQuantConfig()), ("per_tensor", OrtQuantConfig(embedding_scheme="per_tensor")),
+                      ("float", FLOAT_EMB)):
+        out[name] = quantize_onnx(root / "pruned_onnx", root / f"int8_{name}", cfg), root / f"int8_{name}"
+    return out
+
+
+def _batches():
+    g = np.random.default_rng(0)
+    out = []
+    for b, s in ((1, 8), (3, 40)):
+        ids = g.integers(1000, 30000, (b, s))
+        mask = np.ones_like(ids)
+        mask[-1, s // 2:] = 0  # padding inside the batch
+        types = np.zeros_like(ids)
+        types[:, s // 3:] = 1
+        out.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+    return out
+
+
+def _dequantized_table_copy(src, dst, name="bert.embeddings.word_embeddings.weight"):
+    """src with its FP32 word-embedding table replaced by the per-row INT8 values, dequantized."""
+    import torch
+    from onnx import numpy_helper
+
+    from compress.quantize import dequantize_rows, quantize_rows
+
+    model = onnx.load(str(src))
+    t = next(t for t in model.graph.initializer if t.name == name)
+    deq = dequantize_rows(*quantize_rows(torch.from_numpy(numpy_helper.to_array(t).copy()))).numpy()
+    t.CopyFrom(numpy_helper.from_array(deq, name))
+    onnx.save(model, str(dst))
+    return dst
+
+
+def test_onnx_int8_default_has_int8_word_embeddings_and_float_classifier(int8_graphs):
+    summary, path = int8_graphs["per_row"]
+    groups = quantized_groups(path / "model.onnx")
     assert groups == summary["quantized_nodes_by_group"]
     assert groups.get("attention", 0) >= 2 and groups.get("ffn", 0) == 4 and groups.get("pooler", 0) == 1
-    assert "classifier" not in groups and "embeddings" not in groups
+    assert groups.get("embeddings") == 1 and "classifier" not in groups
     ops = summary["op_counts"]
-    assert ops.get("QAttention") == 2 and ops.get("EmbedLayerNormalization") == 1
-    assert (tmp_path / "int8/tokenizer.json").is_file()
+    # the other fusions stay; EmbedLayerNormalization is replaced by its INT8-gather equivalent
+    assert ops.get("QAttention") == 2 and "EmbedLayerNormalization" not in ops and ops.get("ReduceSum") == 1
+    assert ops.get("SkipLayerNormalization") == 2 * 2 + 1  # two per layer, one for the embeddings
+    assert summary["word_embeddings"]["replaced"]["op_type"] == "EmbedLayerNormalization"
+    assert (path / "tokenizer.json").is_file()
+    tables = {t.name: t for t in onnx.load(str(path / "model.onnx")).graph.initializer}
+    rows = tables["/bert/embeddings/word_embeddings_int8/rows"]
+    assert rows.data_type == onnx.TensorProto.INT8 and list(rows.dims) == [30522, 64]
+    assert list(tables["/bert/embeddings/word_embeddings_int8/scales"].dims) == [30522, 1]
+    assert "bert.embeddings.word_embeddings.weight" not in tables
+
+
+def test_word_embedding_choices_size_and_logits(exported, int8_graphs):
+    root, _, _ = exported
+    fp32 = cpu_session(root / "pruned_onnx/model.onnx", 1)
+    size = {k: s["size_mb"] for k, (s, _) in int8_graphs.items()}
+    table_mib = 30522 * 64 * 3 / 2**20  # 4 bytes -> 1 byte per weight
+    assert size["float"] - size["per_row"] > 0.9 * table_mib and size["float"] - size["per_tensor"] > 0.9 * table_mib
+    assert int8_graphs["per_tensor"][0]["op_counts"].get("QEmbedLayerNormalization") == 1
+    assert int8_graphs["float"][0]["op_counts"].get("EmbedLayerNormalization") == 1
+    assert "embeddings" not in int8_graphs["float"][0]["quantized_nodes_by_group"]
+    for name, (_, path) in int8_graphs.items():
+        s = cpu_session(path / "model.onnx", 1)
+        for batch in _batches():
+            assert np.abs(run_session(s, batch) - run_session(fp32, batch)).max() < 0.1, name
+
+
+@pytest.mark.parametrize("graph", ["pruned_onnx", "plain"])  # fused (EmbedLayerNormalization) and unfused (Gather)
+def test_per_row_rewrite_computes_what_the_float_graph_does_with_the_same_table(exported, tmp_path, graph):
+    root, _, _ = exported
+    src = root / graph / "model.onnx"
+    replaced = int8_word_embeddings(src, tmp_path / "int8_rows.onnx")
+    assert replaced["op_type"] == ("EmbedLayerNormalization" if graph == "pruned_onnx" else "Gather")
+    check_onnx_file(tmp_path / "int8_rows.onnx")
+    ref = cpu_session(_dequantized_table_copy(src, tmp_path / "ref.onnx"), 1)
+    new = cpu_session(tmp_path / "int8_rows.onnx", 1)
+    for batch in _batches():  # padded rows, both token types: mask index and segments agree
+        assert np.abs(run_session(new, batch) - run_session(ref, batch)).max() < 1e-5
+
+
+def test_per_row_error_is_far_below_per_tensor():
+    g = np.random.default_rng(0)
+    table = g.normal(0, 0.05, (2000, 64)) * g.uniform(0.2, 3.0, (2000, 1))  # rows of different scales
+    table[0, 0] = 1.0  # one outlier sets a per-tensor scale for everyone
+    row, tensor = embedding_error(table, "per_row"), embedding_error(table, "per_tensor")
+    assert row["mean"] < 0.01 and tensor["mean"] > 3 * row["mean"] and row["max"] < tensor["max"]
 
 
 def test_onnx_int8_quantizes_what_keep_float_leaves_out(exported, tmp_path):
@@ -99,12 +187,19 @@ def test_onnx_int8_quantizes_what_keep_float_leaves_out(exported, tmp_path):
     assert set(groups) == {"embeddings", "pooler", "classifier"}
 
 
-def test_onnx_int8_config_rejects_illegal_combinations():
-    with pytest.raises(ConfigError, match="must include 'layernorm'"):
-        build(OrtQuantConfig, {"keep_float": ["embeddings"]}, "onnx_int8")
-    with pytest.raises(ConfigError, match="leaves nothing to quantize"):
-        build(OrtQuantConfig, {"keep_float": ["embeddings", "attention", "ffn", "pooler", "classifier",
-                                              "layernorm"]}, "onnx_int8")
+@pytest.mark.parametrize("data, message", [
+    ({"keep_float": ["classifier"]}, "must include 'layernorm'"),
+    ({"keep_float": ["embeddings", "layernorm"]}, "quantize_embeddings is true"),
+    ({"keep_float": ["attention", "ffn", "pooler", "classifier", "layernorm"], "quantize_embeddings": False},
+     "leaves nothing to quantize"),
+    ({"embedding_scheme": "per_column"}, "embedding_scheme must be one of per_row, per_tensor"),
+    ({"quantize_embeddings": 1}, "quantize_embeddings"),
+])
+def test_onnx_int8_config_rejects_illegal_combinations(data, message):
+    with pytest.raises(ConfigError, match=message):
+        build(OrtQuantConfig, data, "onnx_int8")
+    # the same groups with INT8 embeddings leave the embeddings to quantize
+    build(OrtQuantConfig, {"keep_float": ["attention", "ffn", "pooler", "classifier", "layernorm"]}, "onnx_int8")
 
 
 def test_node_groups_of_exported_names():
@@ -117,13 +212,13 @@ def test_node_groups_of_exported_names():
     assert node_group("EmbedLayerNormalization_0", "EmbedLayerNormalization") == "embeddings"
 
 
-def test_int8_and_fp32_onnx_measured_side_by_side(exported, tmp_path):
+def test_int8_and_fp32_onnx_measured_side_by_side(exported, int8_graphs):
     root, _, _ = exported
-    quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig())
+    int8 = int8_graphs["per_row"][1]
     cfg = MeasureConfig(targets=["cpu", "gpu"], points=[[1, 16]], warmup_queries=1, min_queries=2,
                         min_duration_s=0.0, isolate=False)
     records, details = measure_with_reference(
-        [Artifact("int8", tmp_path / "int8", "onnx", "int8", parent="fp32")],
+        [Artifact("int8", int8, "onnx", "int8", parent="fp32")],
         [Artifact("fp32", root / "pruned_onnx", "onnx", "fp32")], root / "prepared", cfg)
     cpu = next(r for r in records if r["target"] == "cpu")
     gpu = next(r for r in records if r["target"] == "gpu")

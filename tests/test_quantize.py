@@ -1,16 +1,23 @@
-"""PyTorch dynamic INT8: the float/INT8 split obeys the params, storage reloads without
-pickle and bit-identically, the runner measures it."""
+"""PyTorch dynamic INT8 (torchao): the float/INT8 split obeys the params, the word
+embeddings are INT8 per row (or FP32 on request), storage reloads without pickle and
+bit-identically, tampered files are refused, the runner measures it."""
 import json
+import pickle
 
+import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from compress.config import ConfigError, build
 from compress.measure import MeasureConfig, measure
-from compress.quantize import (QuantizeConfig, group_of, load_dynamic_int8, quantize, quantize_checkpoint,
-                               quantized_linears, save_dynamic_int8)
+from compress.quantize import (Int8Embedding, QuantizeConfig, count_int8_parameters, dequantize_rows, group_of,
+                               load_dynamic_int8, quantize, quantize_checkpoint, quantize_rows, quantized_linears,
+                               save_dynamic_int8)
 from compress.runners import Artifact
 from conftest import tiny_model
+
+FLOAT_EMB = QuantizeConfig(keep_float=["embeddings", "layernorm", "classifier"], quantize_embeddings=False)
 
 
 def _inputs(batch=3, seq=12, seed=0):
@@ -19,6 +26,32 @@ def _inputs(batch=3, seq=12, seed=0):
     mask = torch.ones_like(ids)
     mask[0, seq // 2:] = 0  # one padded row
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def _logits(model, **kw):
+    with torch.inference_mode():
+        return model(**_inputs(**kw)).logits
+
+
+@pytest.fixture(scope="module")
+def pruned():
+    model, tok = tiny_model()
+    model.eval()
+    model.bert.prune_heads({0: [1, 2], 1: [0]})  # uneven heads, as the pruned student has
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def saved(pruned, tmp_path_factory):
+    """The pruned tiny model quantized with INT8 and with FP32 word embeddings, each saved once."""
+    model, tok = pruned
+    root = tmp_path_factory.mktemp("torchao")
+    out = {}
+    for name, cfg in (("int8_emb", QuantizeConfig()), ("float_emb", FLOAT_EMB)):
+        q = quantize(model, cfg)
+        save_dynamic_int8(q, tok, root / name, "pytorch-dynamic")
+        out[name] = (q, root / name)
+    return out
 
 
 def test_module_groups():
@@ -32,28 +65,34 @@ def test_module_groups():
     assert group_of("bert.embeddings.word_embeddings") == "embeddings"
 
 
-def test_default_keeps_classifier_float_and_quantizes_every_other_linear():
-    model, _ = tiny_model()
-    q = quantize(model.eval(), QuantizeConfig())
+def test_default_quantizes_every_linear_but_the_classifier_and_the_word_embeddings(saved, pruned):
+    from torchao.quantization import Int8Tensor
+
+    q = saved["int8_emb"][0]
     names = quantized_linears(q)
     assert len(names) == 2 * 6 + 1  # per layer: q, k, v, attention out, ffn in, ffn out; + pooler
-    assert "classifier" not in names and isinstance(q.classifier, torch.nn.Linear)
-    assert isinstance(model.bert.pooler.dense, torch.nn.Linear)  # the float model is untouched
+    assert "classifier" not in names and not isinstance(q.classifier.weight, Int8Tensor)
+    assert isinstance(q.bert.pooler.dense.weight, Int8Tensor)
+    assert q.bert.pooler.dense.weight.act_quant_kwargs is not None  # dynamic INT8 activations
+    assert isinstance(q.bert.embeddings.word_embeddings, Int8Embedding)
+    model = pruned[0]  # the float model is untouched
+    assert not quantized_linears(model) and isinstance(model.bert.embeddings.word_embeddings, torch.nn.Embedding)
 
 
 def test_keep_float_groups_are_honoured():
     model, _ = tiny_model()
-    q = quantize(model.eval(), QuantizeConfig(keep_float=["embeddings", "layernorm", "ffn", "pooler"]))
+    q = quantize(model.eval(), QuantizeConfig(keep_float=["layernorm", "ffn", "pooler"], per_channel=False))
     names = quantized_linears(q)
     assert names and all(group_of(n) in ("attention", "classifier") for n in names)
-    assert "classifier" in names
+    assert "classifier" in names and q.classifier.weight.scale.numel() == 1  # per tensor
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"keep_float": ["layernorm", "classifier"]}, "must include 'embeddings'"),
-    ({"keep_float": ["embeddings", "classifier"]}, "must include 'layernorm'"),
-    ({"keep_float": ["embeddings", "layernorm", "biases"]}, "unknown group 'biases'"),
-    ({"engine": "tpu"}, "engine must be"),
+    ({"keep_float": ["classifier"]}, "must include 'layernorm'"),
+    ({"keep_float": ["embeddings", "layernorm"]}, "quantize_embeddings is true"),
+    ({"keep_float": ["layernorm", "biases"]}, "unknown group 'biases'"),
+    ({"engine": "x86"}, "engine"),  # torch.ao's engine setting is gone
+    ({"quantize_embeddings": "yes"}, "quantize_embeddings"),
     ({"per_chanel": True}, "per_channel"),  # a typo gets the nearest key suggested
 ])
 def test_config_rejects_illegal_settings(data, message):
@@ -61,39 +100,124 @@ def test_config_rejects_illegal_settings(data, message):
         build(QuantizeConfig, data, "quantize")
 
 
-def test_save_and_reload_is_bit_identical_without_pickle(tmp_path):
-    model, tok = tiny_model()
-    model.eval()
-    model.bert.prune_heads({0: [1, 2], 1: [0]})  # uneven heads, as the pruned student has
-    q = quantize(model, QuantizeConfig())
-    save_dynamic_int8(q, tok, tmp_path / "q", "pytorch-dynamic")
-    files = sorted(p.name for p in (tmp_path / "q").iterdir())
-    assert "model.safetensors" in files and "quantization.json" in files
-    assert not [f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl"))]
-    q2, _, meta = load_dynamic_int8(tmp_path / "q")
+def test_config_accepts_float_embeddings_listed_or_not():
+    assert not build(QuantizeConfig, {"quantize_embeddings": False}, "quantize").quantize_embeddings
+    assert build(QuantizeConfig, {"keep_float": ["embeddings", "layernorm"], "quantize_embeddings": False},
+                 "quantize").keep_float == ["embeddings", "layernorm"]
+
+
+def test_no_linear_left_to_quantize_is_an_error():
+    with pytest.raises(ConfigError, match="leaves no Linear"):
+        build(QuantizeConfig, {"keep_float": ["layernorm", "attention", "ffn", "pooler", "classifier"]}, "quantize")
+
+
+@pytest.mark.parametrize("variant", ["int8_emb", "float_emb"])
+def test_save_and_reload_is_bit_identical_without_pickle(saved, pruned, variant, monkeypatch):
+    q, path = saved[variant]
+    assert sorted(p.name for p in path.iterdir()) == sorted(
+        ["config.json", "model.safetensors", "quantization.json", "special_tokens_map.json", "tokenizer.json",
+         "tokenizer_config.json", "vocab.txt"])  # safetensors + json (+ the vocabulary), no pickle
+    with monkeypatch.context() as m:  # loading never unpickles anything
+        m.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle.loads called"))
+        m.setattr(pickle, "load", lambda *a, **k: pytest.fail("pickle.load called"))
+        m.setattr(torch, "load", lambda *a, **k: pytest.fail("torch.load called"))
+        q2, _, meta = load_dynamic_int8(path)
+    assert meta["library"] == "torchao" and meta["format"] == "pytorch_int8"
     assert meta["quantized_modules"] == quantized_linears(q) == quantized_linears(q2)
-    with torch.inference_mode():
-        assert torch.equal(q(**_inputs()).logits, q2(**_inputs()).logits)
-    assert q2.config.pruned_heads == {"0": [1, 2], "1": [0]} or q2.config.pruned_heads == {0: [1, 2], 1: [0]}
+    for kw in ({}, {"batch": 1, "seq": 40, "seed": 1}):
+        assert torch.equal(_logits(q, **kw), _logits(q2, **kw))
+    assert q2.config.pruned_heads in ({"0": [1, 2], "1": [0]}, {0: [1, 2], 1: [0]})
+    assert count_int8_parameters(q2) == sum(p.numel() for p in pruned[0].parameters())
 
 
-def test_int8_stays_close_to_float():
-    model, _ = tiny_model()
-    model.eval()
-    q = quantize(model, QuantizeConfig())
-    with torch.inference_mode():
-        diff = (q(**_inputs()).logits - model(**_inputs()).logits).abs().max().item()
-    assert diff < 0.1
+def test_word_embeddings_int8_on_and_off(saved, pruned):
+    model = pruned[0]
+    (q_on, on), (q_off, off) = saved["int8_emb"], saved["float_emb"]
+    size = {p: (p / "model.safetensors").stat().st_size for p in (on, off)}
+    vocab, hidden = model.bert.embeddings.word_embeddings.weight.shape
+    assert size[off] - size[on] > 0.7 * vocab * hidden * 3  # 4 bytes -> 1 byte per weight
+    t_on, t_off = load_file(str(on / "model.safetensors")), load_file(str(off / "model.safetensors"))
+    key = "bert.embeddings.word_embeddings"
+    assert t_on[f"{key}.weight_int8"].dtype == torch.int8 and t_on[f"{key}.weight_scale"].shape == (vocab, 1)
+    assert f"{key}.weight" not in t_on and t_off[f"{key}.weight"].dtype == torch.float32
+    assert json.loads((on / "quantization.json").read_text())["word_embeddings"] == "int8-symmetric-per-row"
+    assert json.loads((off / "quantization.json").read_text())["word_embeddings"] == "float32"
+    ref = _logits(model)
+    for q in (q_on, q_off):
+        assert (_logits(q) - ref).abs().max() < 0.1
+    assert not torch.equal(_logits(q_on), _logits(q_off))  # the table really differs
 
 
-def test_reload_rejects_a_mismatched_checkpoint(tmp_path):
-    model, tok = tiny_model()
-    save_dynamic_int8(quantize(model.eval(), QuantizeConfig()), tok, tmp_path / "q", "pytorch-dynamic")
-    cfg = json.loads((tmp_path / "q/config.json").read_text())
+def test_per_row_int8_rows():
+    w = torch.tensor([[0.5, -1.0, 0.25], [0.0, 0.0, 0.0], [3.0, 1.5, -0.75]])
+    q, s = quantize_rows(w)
+    assert q.dtype == torch.int8 and s.shape == (3, 1) and q.abs().max() == 127
+    assert torch.allclose(dequantize_rows(q, s), w, atol=1e-2 * w.abs().max())
+    assert torch.equal(q[1], torch.zeros(3, dtype=torch.int8))  # an all-zero row stays zero
+    emb = torch.nn.Embedding(10, 4)
+    qe = Int8Embedding.from_float(emb)
+    ids = torch.tensor([[1, 9, 1], [0, 3, 2]])
+    assert torch.equal(qe(ids), dequantize_rows(qe.weight_int8, qe.weight_scale)[ids])  # gather == dequantize
+
+
+def _resave(path, change):
+    """Rewrite model.safetensors with change(tensors) and a matching sha256 in quantization.json."""
+    from compress.quantize import _sha256
+
+    t = load_file(str(path / "model.safetensors"))
+    change(t)
+    save_file(t, str(path / "model.safetensors"), metadata={"format": "pt"})
+    meta = json.loads((path / "quantization.json").read_text())
+    meta["sha256"]["model.safetensors"] = _sha256(path / "model.safetensors")
+    (path / "quantization.json").write_text(json.dumps(meta))
+
+
+def test_load_refuses_tampered_files_naming_them(saved, tmp_path):
+    import shutil
+
+    src = saved["int8_emb"][1]
+    fresh = lambda name: shutil.copytree(src, tmp_path / name)  # noqa: E731
+    # a byte changed behind quantization.json's back
+    d = fresh("flipped")
+    data = bytearray((d / "model.safetensors").read_bytes())
+    data[-100] ^= 0x01
+    (d / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"flipped/model\.safetensors: sha256 does not match"):
+        load_dynamic_int8(d)
+    # int8 weights stored as float (hash updated too): refused by dtype, naming file and tensor
+    d = fresh("dtype")
+    key = "bert.encoder.layer.0.intermediate.dense.weight_int8"
+    _resave(d, lambda t: t.__setitem__(key, t[key].float()))
+    with pytest.raises(ValueError, match=rf"dtype/model\.safetensors: {key} is torch.float32, expected torch.int8"):
+        load_dynamic_int8(d)
+    # scales altered consistently: the probe catches the different model
+    d = fresh("scale")
+    key = "bert.encoder.layer.0.intermediate.dense.weight_scale"
+    _resave(d, lambda t: t.__setitem__(key, t[key] * 3))
+    with pytest.raises(ValueError, match="probe logits differ"):
+        load_dynamic_int8(d)
+    # a quantized weight missing
+    d = fresh("missing")
+    _resave(d, lambda t: t.pop("bert.pooler.dense.weight_scale"))
+    with pytest.raises(ValueError, match=r"missing/model\.safetensors: no INT8 weight for module bert\.pooler\.dense"):
+        load_dynamic_int8(d)
+    # an artifact of the former torch.ao route
+    d = fresh("torch_ao")
+    (d / "quantization.json").write_text(json.dumps({"route": "pytorch-dynamic", "format": "pytorch_int8",
+                                                      "engine": "x86", "quantized_modules": []}))
+    with pytest.raises(ValueError, match="torch.ao route.*re-run the quantize stage"):
+        load_dynamic_int8(d)
+
+
+def test_reload_rejects_a_mismatched_checkpoint(saved, tmp_path):
+    import shutil
+
+    d = shutil.copytree(saved["float_emb"][1], tmp_path / "q")
+    cfg = json.loads((d / "config.json").read_text())
     cfg["intermediate_size"] = 256  # the stored FFN weights no longer fit
-    (tmp_path / "q/config.json").write_text(json.dumps(cfg))
-    with pytest.raises(Exception, match="intermediate|size|shape"):
-        load_dynamic_int8(tmp_path / "q")
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="intermediate.*shape"):
+        load_dynamic_int8(d)
     with pytest.raises(FileNotFoundError, match="no quantization.json"):
         load_dynamic_int8(tmp_path)
 
@@ -101,14 +225,14 @@ def test_reload_rejects_a_mismatched_checkpoint(tmp_path):
 def test_quantize_checkpoint_and_measure_through_the_runner(tmp_path, tiny_model_dir, prepared_sst2):
     summary = quantize_checkpoint(tiny_model_dir, tmp_path / "int8", QuantizeConfig())
     assert summary["quantized_modules"] == 13 and summary["float_linears"] == ["classifier"]
+    assert summary["word_embeddings"] == "int8-symmetric-per-row" and summary["library"] == "torchao"
     cfg = MeasureConfig(targets=["cpu", "gpu"], points=[[1, 16]], warmup_queries=1, min_queries=2,
                         min_duration_s=0.0, isolate=False)
     cpu, gpu = measure(Artifact("tiny_int8", tmp_path / "int8", "pytorch_int8", "int8"), prepared_sst2, cfg)
     assert cpu["status"] == "ok" and cpu["backend"] == "pytorch-cpu" and 0 <= cpu["accuracy"] <= 1
     assert gpu["status"] == "skipped" and "CPU only" in gpu["reason"]
     # the stored Linear weights are int8 tensors, one scale per output channel
-    from safetensors.torch import load_file
-
     t = load_file(str(tmp_path / "int8/model.safetensors"))
     w = t["bert.encoder.layer.0.intermediate.dense.weight_int8"]
     assert w.dtype == torch.int8 and t["bert.encoder.layer.0.intermediate.dense.weight_scale"].numel() == w.shape[0]
+    assert cpu["size_mb"] < 0.5 * np.prod(t["bert.embeddings.word_embeddings.weight_int8"].shape) * 4 / 2**20
