@@ -1,0 +1,354 @@
+"""OpenVINO IRs: FP32 parity with ONNX Runtime (and the gate that stops a bad IR), INT8 by
+NNCF with int8 embedding tables, calibration on training rows only, the accuracy-control
+fallback, the runner inside the measurement harness, and the gpu/bf16 skip reasons.
+
+One tiny uneven-head pruned BERT (the harder of the two students to convert) is exported
+with the project's own export code and built into IRs once per module."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from compress import openvino_ir as oi
+from compress.config import ConfigError, build
+from compress.data import Prepared, PrepareConfig, prepare
+from compress.models import save_classifier
+from compress.onnx_export import ExportConfig, count_initializer_params, cpu_session, export_onnx, run_session
+from compress.openvino_ir import (OpenVinoConfig, OpenVinoIrError, OpenVinoParityError, OpenVinoRunner,
+                                  build_openvino, convert_onnx, embedding_tables, parity_check,
+                                  quantize_embedding_tables, quantize_openvino, training_slices)
+from compress.runners import Artifact, load_runner, skip_reason
+from conftest import tiny_model, write_tsv
+
+ov = pytest.importorskip("openvino")
+pytest.importorskip("nncf")
+
+TRAIN = [[f"{s} number {i}", str(i % 2)] for i, s in enumerate(
+    ["a gorgeous , witty movie", "the movie is a disaster", "charming and hilarious", "dull and lifeless",
+     "one of the best films", "i hated every minute", "a warm , moving story", "boring and far too long"] * 5)]
+DEV = [["an unexpected delight from start to end", "1"], ["tedious , predictable , forgettable", "0"],
+       ["sharp writing and fine acting", "1"], ["a mess of a screenplay", "0"]] * 3
+CFG = OpenVinoConfig(calibration_rows=16, validation_rows=16, parity_shapes=[[1, 8], [3, 24], [2, 40]])
+
+
+def ragged(rows: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, 5000, (rows, seq)).astype(np.int64)
+    ids[:, 0] = 101
+    mask = np.ones_like(ids)
+    for i in range(rows):
+        keep = seq - i % max(1, seq // 2)
+        ids[i, keep:], mask[i, keep:] = 0, 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """Export (project code) and build the FP32 and INT8 IRs once. The INT8 IR is built from
+    a prepared directory whose dev split is not JSON: reading it would raise, so a build
+    that finishes never touched a dev row."""
+    root = tmp_path_factory.mktemp("ov")
+    write_tsv(root / "sst2/train.tsv", ["sentence", "label"], TRAIN)
+    write_tsv(root / "sst2/dev.tsv", ["sentence", "label"], DEV)
+    prepare(PrepareConfig(task="sst2", source=str(root / "sst2")), root / "prepared")
+    model, tok = tiny_model()
+    model.bert.prune_heads({0: [0], 1: [1, 2]})  # uneven heads per layer, like the pruned student
+    with torch.no_grad():  # logits of a useful size, so differences are meaningful
+        model.bert.pooler.dense.weight.normal_(0.0, 0.3)
+        model.classifier.weight.normal_(0.0, 2.0)
+    save_classifier(model, tok, root / "student", ["negative", "positive"])
+    prepared = Prepared.open(root / "prepared")
+    export_onnx(root / "student", root / "student_onnx", ExportConfig(parity_shapes=[[1, 8]]), prepared,
+                plain_out_dir=root / "plain")
+    poisoned = root / "poisoned"
+    shutil.copytree(root / "prepared", poisoned)
+    (poisoned / "dev.jsonl").write_text("{dev rows must never be read here\n")
+    from compress.onnx_export import parity_batches
+    batches = parity_batches(prepared, tok, CFG.parity_shapes)
+    summary = build_openvino(root / "plain", root / "ov", root / "ov_int8", poisoned, CFG, batches)
+    return root, summary, batches
+
+
+# --- config ------------------------------------------------------------------------------
+
+def test_config_defaults_and_params_section():
+    import yaml
+
+    from conftest import REPO
+
+    assert build(OpenVinoConfig, {}, "openvino") == OpenVinoConfig()
+    cfg = build(OpenVinoConfig, yaml.safe_load((REPO / "params.yaml").read_text())["openvino"], "openvino")
+    assert cfg.quantize_embeddings and cfg.parity_atol == 1e-4 and cfg.accuracy_control_max_drop == 0.01
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"calibration_rows": 0}, "calibration_rows"),
+    ({"validation_rows": 0}, "validation_rows"),
+    ({"preset": "fast"}, "preset"),
+    ({"model_type": "cnn"}, "model_type"),
+    ({"accuracy_control": "sometimes"}, "accuracy_control"),
+    ({"accuracy_control_max_drop": 0.0}, "accuracy_control_max_drop"),
+    ({"accuracy_control_max_drop": 1.5}, "accuracy_control_max_drop"),
+    ({"int8_inference_precision": "fp16"}, "int8_inference_precision"),
+    ({"parity_atol": 0.0}, "parity_atol"),
+    ({"parity_shapes": [[1]]}, "parity_shapes"),
+    ({"quantize_embeddings": "yes"}, "quantize_embeddings"),
+    ({"threads": 0}, "threads"),
+    ({"calibration_row": 10}, "calibration_rows"),  # a typo names the nearest key
+])
+def test_config_rejects_illegal_values(data, field):
+    with pytest.raises(ConfigError, match=field):
+        build(OpenVinoConfig, data, "openvino")
+
+
+# --- FP32 IR: parity and the gate --------------------------------------------------------
+
+def test_fp32_runner_matches_onnx_runtime(built):
+    root, summary, _ = built
+    fp32 = summary["fp32"]
+    assert fp32["parity"]["fp32"]["max_abs_diff"] <= CFG.parity_atol
+    assert fp32["parity"]["fp32"]["argmax_agreement"] == 1.0 and fp32["parity"]["fp32"]["rows"] == 6
+    assert set(fp32["parity"]["fp32"]["per_shape"]) == {"b1_s8", "b3_s24", "b2_s40"}
+    runner = load_runner(Artifact("student_ov", root / "ov", "openvino", "fp32"), "cpu", 2)
+    assert runner.backend == "openvino-cpu-f32"  # explicit: bf16 is the plugin default on bf16 CPUs
+    session = cpu_session(root / "plain/model.onnx", 2)
+    for rows, seq in ((1, 8), (4, 33), (2, 70)):  # shapes the IR never saw, padding inside the batch
+        batch = ragged(rows, seq, seed=seq)
+        ref, got = run_session(session, batch), runner(batch)
+        assert got.dtype == np.float32 and got.shape == (rows, 2)
+        assert np.abs(got - ref).max() <= 1e-4 and np.abs(ref).max() > 0.05  # logits are not all ~0
+    assert runner.num_labels == 2 and runner.num_params == count_initializer_params(root / "plain/model.onnx")
+    meta = json.loads((root / "ov/openvino.json").read_text())
+    assert meta["runtime"]["fp32"]["inference_precision"] == "f32" and meta["precision"] == "fp32"
+    assert {p.name for p in (root / "ov").iterdir()} >= {"model.xml", "model.bin", "config.json", "tokenizer.json"}
+    assert not list((root / "ov").glob("*.onnx"))
+
+
+def _perturbed_convert(monkeypatch, shift: float):
+    """ov.convert_model, with `shift` added to the logits: an IR that no longer matches."""
+    real = ov.convert_model
+
+    def convert(path, *a, **k):
+        model = real(path, *a, **k)
+        (result,) = model.get_results()
+        shifted = ov.opset13.add(result.input_value(0), ov.opset13.constant(np.float32(shift)))
+        result.input(0).replace_source_output(shifted.output(0))
+        return model
+
+    monkeypatch.setattr(ov, "convert_model", convert)
+
+
+def test_fp32_parity_gate_stops_a_wrong_ir(built, tmp_path, monkeypatch):
+    root, _, batches = built
+    _perturbed_convert(monkeypatch, 0.01)
+    with pytest.raises(OpenVinoParityError, match=r"bad_ov/model\.xml.*parity_atol = 0\.0001.*nothing was written"):
+        convert_onnx(root / "plain", tmp_path / "bad_ov", CFG, batches)
+    assert not (tmp_path / "bad_ov").exists() and not list(tmp_path.glob("bad_ov.tmp-*"))
+    # The same IR with a tolerance above the shift is accepted, and its difference recorded.
+    ok = convert_onnx(root / "plain", tmp_path / "loose_ov", OpenVinoConfig(parity_atol=0.05), batches)
+    assert 0.005 < ok["parity"]["fp32"]["max_abs_diff"] < 0.02
+    assert (tmp_path / "loose_ov/model.xml").is_file()
+
+
+def test_parity_check_measures_a_perturbed_ir(built, tmp_path, monkeypatch):
+    root, _, batches = built
+    _perturbed_convert(monkeypatch, 0.5)
+    convert_onnx(root / "plain", tmp_path / "shifted", CFG)  # no parity batches: no gate
+    report = parity_check(tmp_path / "shifted", "fp32", root / "plain/model.onnx", batches, 2)
+    assert report["max_abs_diff"] == pytest.approx(0.5, abs=1e-3)
+
+
+@pytest.mark.skipif(oi._bf16_ok() is False, reason="no native bf16 on this CPU")
+def test_bf16_parity_is_recorded_not_gated(built):
+    _, summary, _ = built
+    bf16 = summary["fp32"]["parity"]["bf16"]
+    assert 0 < bf16["max_abs_diff"] < 0.5 and bf16["backend"] == "openvino-cpu-bf16"
+
+
+# --- INT8 --------------------------------------------------------------------------------
+
+def test_int8_ir_has_int8_embeddings_and_is_small(built):
+    root, summary, _ = built
+    int8 = summary["int8"]
+    tables = embedding_tables(ov.Core().read_model(str(root / "ov_int8/model.xml")))
+    word = tables["/bert/embeddings/word_embeddings/Gather"]
+    assert word == {"dtype": "i8", "shape": [30522, 64], "scale_shape": [30522, 1]}  # one scale per row
+    assert all(t["dtype"] == "i8" for t in tables.values()) and len(tables) == 3
+    fp32_tables = embedding_tables(ov.Core().read_model(str(root / "ov/model.xml")))
+    assert fp32_tables["/bert/embeddings/word_embeddings/Gather"]["dtype"] == "f32"
+    fp32_bytes = (root / "ov/model.bin").stat().st_size
+    assert (root / "ov_int8/model.bin").stat().st_size < 0.3 * fp32_bytes
+    assert int8["embedding_route"] == "nncf int8 per-row" and int8["approach"] == "ptq"
+    # every MatMul with a constant weight reads int8 weights
+    model = ov.Core().read_model(str(root / "ov_int8/model.xml"))
+    weights = [oi._const_source(op.input_value(1))[0] for op in model.get_ordered_ops()
+               if op.get_type_name() == "MatMul"]
+    weights = [w for w in weights if w is not None]
+    assert weights and all(w.get_output_element_type(0).get_type_name() == "i8" for w in weights)
+
+
+def test_int8_runner_agrees_with_onnx_runtime(built):
+    root, summary, _ = built
+    parity = summary["int8"]["parity"]["int8"]
+    assert parity["argmax_agreement"] >= 0.8 and parity["max_abs_diff"] < 1.0
+    runner = OpenVinoRunner(Artifact("student_ov_int8", root / "ov_int8", "openvino", "int8"), "cpu", 2)
+    meta = json.loads((root / "ov_int8/openvino.json").read_text())
+    assert runner.backend == f"openvino-cpu-{meta['runtime']['int8']['inference_precision']}"
+    batch = ragged(4, 32)
+    ref = run_session(cpu_session(root / "plain/model.onnx", 2), batch)
+    assert np.abs(runner(batch) - ref).max() < 1.0
+    assert meta["route"] == "nncf.quantize" and meta["num_params"] == runner.num_params
+
+
+def test_calibration_and_validation_are_training_rows_only(built):
+    root, summary, _ = built
+    info = summary["int8"]["calibration"]
+    assert info == {"split": "train", "train_rows": 40, "calibration_rows": 16, "validation_rows": 16,
+                    "validation_overlaps_calibration": False, "seed": 0}
+    # (the module's INT8 build read a prepared dir whose dev.jsonl is not JSON, and finished)
+    from compress.models import load_tokenizer
+
+    tok = load_tokenizer(root / "plain")
+    calib, val, _ = training_slices(root / "poisoned", tok, CFG)
+    ids = lambda batch: tuple(batch["input_ids"][0].tolist())  # noqa: E731
+    train = {tuple(tok(t)["input_ids"]): int(y) for t, y in TRAIN}
+    dev = {tuple(tok(t)["input_ids"]) for t, _ in DEV}
+    calib_rows, val_rows = [ids(b) for b in calib], [ids(v["inputs"]) for v in val]
+    assert all(r in train and r not in dev for r in calib_rows + val_rows)
+    assert not set(calib_rows) & set(val_rows)  # the validation slice is disjoint
+    assert [v["label"] for v in val] == [train[r] for r in val_rows]
+    with pytest.raises(Exception):
+        Prepared.open(root / "poisoned").split("dev")  # the poison is real
+
+
+def test_float_embedding_option_keeps_tables_float(built, tmp_path):
+    root, summary, _ = built
+    from compress.models import load_tokenizer
+
+    cfg = OpenVinoConfig(calibration_rows=8, validation_rows=8, quantize_embeddings=False)
+    calib, val, info = training_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "float_emb", cfg, calib, val, data_info=info)
+    tables = embedding_tables(ov.Core().read_model(str(tmp_path / "float_emb/model.xml")))
+    assert tables["/bert/embeddings/word_embeddings/Gather"]["dtype"] == "f32"
+    assert out["embedding_route"].startswith("float") and out["size_mb"] > 3 * summary["int8"]["size_mb"]
+
+
+def test_tables_nncf_leaves_float_are_quantized_per_row_by_us(built, tmp_path, monkeypatch):
+    """An NNCF that does not touch Gather weights (simulated with an ignored scope): the
+    INT8 IR still stores int8 tables, written by quantize_embedding_tables."""
+    root, _, _ = built
+    from dataclasses import replace
+
+    from compress.models import load_tokenizer
+
+    real = oi._quantize
+    monkeypatch.setattr(oi, "_quantize", lambda model, calib, val, cfg, controlled: real(
+        model, calib, val, replace(cfg, quantize_embeddings=False), controlled))
+    cfg = OpenVinoConfig(calibration_rows=8, validation_rows=8)
+    calib, val, info = training_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "own", cfg, calib, val, data_info=info)
+    assert out["embedding_route"].startswith("own int8 per-row")
+    tables = embedding_tables(ov.Core().read_model(str(tmp_path / "own/model.xml")))
+    assert all(t["dtype"] == "i8" and t["scale_shape"] == [t["shape"][0], 1] for t in tables.values())
+
+
+def test_accuracy_control_takes_over_when_ptq_loses_accuracy(built, tmp_path, monkeypatch):
+    """Plain PTQ scored as losing everything on the validation rows: the accuracy-controlled
+    NNCF route runs on the same training rows and is recorded as the approach."""
+    root, _, _ = built
+    from compress.models import load_tokenizer
+
+    real_quantize, real_validate, calls, scored = oi._quantize, oi.validate, [], []
+
+    def quantize(*args, controlled):
+        calls.append(controlled)
+        return real_quantize(*args, controlled=controlled)
+
+    def validate(compiled, items):
+        scored.append(1)
+        acc, per_item = real_validate(compiled, items)
+        return (0.0, [0.0] * len(per_item)) if len(scored) == 2 else (acc, per_item)  # 2nd: the PTQ IR
+
+    monkeypatch.setattr(oi, "_quantize", quantize)
+    monkeypatch.setattr(oi, "validate", validate)
+    cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3)
+    calib, val, info = training_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "ac", cfg, calib, val, data_info=info)
+    assert calls == [False, True]
+    assert out["ptq_validation"]["accuracy_int8"] == 0.0 and out["ptq_validation"]["relative_drop"] == 1.0
+    assert out["approach"] == "accuracy_control" and out["validation"]["rows"] == 20
+    meta = json.loads((tmp_path / "ac/openvino.json").read_text())
+    assert meta["route"] == "nncf.quantize_with_accuracy_control" and meta["calibration"]["split"] == "train"
+
+
+def test_own_embedding_quantization_is_per_row_and_exact(built):
+    """The fallback writes int8 tables with one scale per row, and the graph computes exactly
+    what the float model computes with the dequantized tables (round(w / s) * s)."""
+    root, _, _ = built
+    core = ov.Core()
+    model = core.read_model(str(root / "ov/model.xml"))
+    assert len(quantize_embedding_tables(model)) == 3
+    word = embedding_tables(model)["/bert/embeddings/word_embeddings/Gather"]
+    assert word == {"dtype": "i8", "shape": [30522, 64], "scale_shape": [30522, 1]}
+    reference = core.read_model(str(root / "ov/model.xml"))
+    for op in reference.get_ordered_ops():
+        if op.get_friendly_name() in embedding_tables(reference):
+            w = op.input_value(0).get_node().get_data()
+            s = np.abs(w).max(axis=1, keepdims=True) / 127
+            s[s == 0] = 1.0  # the all-zero padding row
+            deq = (np.clip(np.rint(w / s), -127, 127) * s).astype(np.float32)
+            assert np.abs(deq - w).max() <= s.max() / 2 + 1e-9
+            op.input(0).replace_source_output(ov.opset13.constant(deq).output(0))
+    cfg = oi.compile_config("f32", 2, False)
+    batch = ragged(3, 16)
+    a = core.compile_model(reference, "CPU", cfg)(batch)[0]
+    b = core.compile_model(model, "CPU", cfg)(batch)[0]
+    assert np.isfinite(b).all() and np.abs(a - b).max() < 1e-5
+
+
+# --- runner: harness, refusals, skips ----------------------------------------------------
+
+def test_measured_by_the_harness_beside_other_targets(built):
+    root, summary, _ = built
+    from compress.measure import MeasureConfig, measure
+
+    cfg = MeasureConfig(targets=["cpu", "gpu"], points=[[1, 16]], warmup_queries=1, min_queries=2,
+                        min_duration_s=0.0, isolate=False)
+    art = Artifact("student_ov_int8", root / "ov_int8", "openvino", "int8", parent="student_onnx")
+    cpu, gpu = measure(art, root / "prepared", cfg)
+    assert cpu["status"] == "ok" and cpu["accuracy"] is not None and cpu["points"][0]["latency_ms_p50"] > 0
+    assert cpu["size_mb"] == pytest.approx(summary["int8"]["size_mb"], abs=0.01)  # model.bin + model.xml
+    if oi.gpu_unavailable():
+        assert gpu["status"] == "skipped" and "Intel GPUs only" in gpu["reason"]
+
+
+def test_gpu_target_needs_an_intel_gpu(tmp_path, monkeypatch):
+    art = Artifact("student_ov", tmp_path, "openvino", "fp32")
+    monkeypatch.setattr(ov.Core, "available_devices", property(lambda self: ["CPU"]))
+    reason = skip_reason(art, "gpu")
+    assert "Intel GPUs only" in reason and "NVIDIA" in reason
+    assert OpenVinoRunner.unavailable("cpu") is None
+    monkeypatch.setattr(ov.Core, "available_devices", property(lambda self: ["CPU", "GPU.0"]))
+    assert OpenVinoRunner.unavailable("gpu") is None
+
+
+def test_bf16_is_skipped_without_native_bf16(built, monkeypatch):
+    root, _, _ = built
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx2,avx512f")
+    reason = skip_reason(Artifact("student_ov_bf16", root / "ov", "openvino", "bf16"), "cpu")
+    assert reason and "bf16" in reason
+    assert oi.int8_hint("auto") == "f32"  # the INT8 IR's float parts fall back to f32 too
+
+
+def test_runner_refuses_wrong_precision_and_missing_files(built, tmp_path):
+    root, _, _ = built
+    with pytest.raises(Exception, match="FP32 IR cannot run as int8"):
+        OpenVinoRunner(Artifact("x", root / "ov", "openvino", "int8"), "cpu", 1)
+    with pytest.raises(Exception, match="runs as int8 only"):
+        OpenVinoRunner(Artifact("x", root / "ov_int8", "openvino", "fp32"), "cpu", 1)
+    with pytest.raises(OpenVinoIrError, match="model.xml: not found"):
+        OpenVinoRunner(Artifact("x", tmp_path, "openvino", "fp32"), "cpu", 1)
