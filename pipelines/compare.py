@@ -6,6 +6,9 @@ CSV files behind dvc.yaml's comparison plots.
 
 The first report is the benchmark; the others are stage reports in pipeline order."""
 import sys
+from pathlib import Path
+
+import yaml
 
 from compress import comparison
 from compress.html_report import render_html
@@ -14,11 +17,19 @@ from compress.report import read_report
 
 from .common import PLOTS, REPORTS, run
 
-# The artifacts of the default pipeline, one column each in the sweep CSVs (dvc.yaml's
-# plot definitions name these columns).
-PLOTTED = ["bert_base_reference", "teacher", "student", "student_pruned", "student_int8_torch",
-           "student_pruned_int8_torch", "student_int8_inc", "student_onnx", "student_pruned_onnx",
-           "student_onnx_int8", "student_pruned_onnx_int8"]
+
+
+def plotted_columns(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
+    """The artifact columns dvc.yaml's sweep plots name (one list, the plots' own): the
+    CSVs get exactly those columns, so adding an artifact to the plots is one edit there."""
+    plots = (yaml.safe_load(Path(dvc_yaml).read_text(encoding="utf-8")) or {}).get("plots", [])
+    columns: list[str] = []
+    for entry in plots:
+        for spec in (entry.values() if isinstance(entry, dict) else []):
+            for path, ys in ((spec or {}).get("y") or {}).items() if isinstance(spec, dict) else []:
+                if path.startswith(str(PLOTS / "compare")) and isinstance(ys, list):
+                    columns += [y for y in ys if y not in columns]
+    return columns
 
 
 def main(params: dict, bench_path: str, report_paths: list[str]) -> None:
@@ -26,7 +37,7 @@ def main(params: dict, bench_path: str, report_paths: list[str]) -> None:
     atomic_write_json(REPORTS / "comparison.json", comp)
     atomic_write_text(REPORTS / "comparison.md", comparison.render_markdown(comp))
     atomic_write_text(REPORTS / "comparison.html", render_html(comp))
-    comparison.write_plot_data(comp, PLOTS / "compare", PLOTTED)
+    comparison.write_plot_data(comp, PLOTS / "compare", plotted_columns())
     print(f"{len(comp['records'])} records from {', '.join(comp['stages'])}")
     for target in comparison.targets_measured(comp):
         print(f"{target}: Pareto front {', '.join(comparison.pareto_front(comparison.table_rows(comp, target)))}")

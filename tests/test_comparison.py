@@ -164,3 +164,31 @@ def test_benchmark_config_rejects_bad_params(data, message):
 def test_benchmark_points_cover_both_sweeps_once():
     cfg = BenchmarkConfig(seq_lens=[128, 16], batch_sizes=[32, 1])
     assert cfg.points() == [[1, 16], [1, 128], [32, 128]]
+
+
+def test_dev_stream_throughput_and_matrix_engines_reach_every_rendering(tmp_path):
+    """The benchmark's real-length figure travels into the comparison rows, the Markdown and
+    HTML tables; the environment tables say which matrix engines the CPU has."""
+    bench = read_report(FIXTURES / "benchmark.json")
+    for r in bench["records"]:
+        if r["status"] == "ok":
+            r["dev_stream_seq_per_s"] = 1234.5 if r["artifact"] == "student_onnx_int8" else 321.0
+    bench["environment"] = {**bench["environment"], "matrix_engines": {"AMX-BF16": False, "AVX512-BF16": True}}
+    comp = C.build([read_report(FIXTURES / f"{s}.json") for s in STAGES], bench)
+    row = next(x for x in C.table_rows(comp, "cpu") if x["artifact"] == "student_onnx_int8")
+    assert row["dev_stream_seq_per_s"] == 1234.5
+    md = C.render_markdown(comp)
+    assert "dev stream sent/s" in md and "1,234.5" in md
+    assert "Matrix engines: AMX-BF16 no, AVX512-BF16 yes" in md
+    page = render_html(comp)
+    assert "dev stream sent/s (real lengths)" in page and "1,234.5" in page
+    assert "AMX-BF16 no, AVX512-BF16 yes" in page
+
+
+def test_sweep_plot_columns_come_from_dvc_yaml():
+    from pipelines.compare import plotted_columns
+
+    cols = plotted_columns(REPO / "dvc.yaml")
+    assert cols[:2] == ["bert_base_reference", "teacher"]
+    assert {"student_bf16", "student_ov_int8", "student_pruned_ov_bf16", "student_onnx_int8"} <= set(cols)
+    assert len(cols) == len(set(cols))

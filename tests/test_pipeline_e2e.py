@@ -32,9 +32,10 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
         # a 1-epoch student on 64 dev rows may miss the 1% goal: keep the best trial then
         "inc": {"calibration_rows": 32, "max_trials": 2, "on_miss": "best"},
         "tensorrt": {"calibration_rows": 16},
+        "openvino": {"calibration_rows": 32, "validation_rows": 32},
         "measure": TINY_MEASURE,
         "benchmark": {"seq_lens": [16, 128], "batch_sizes": [1, 32], "reference": "random:tiny",
-                      "warmup_queries": 1, "min_queries": 3, "min_duration_s": 0.0},
+                      "warmup_queries": 1, "min_queries": 3, "min_duration_s": 0.0, "dev_stream_repeats": 1},
     }
 
 
@@ -109,6 +110,17 @@ def test_full_pipeline_repro_offline(tmp_path):
         assert e["parity"]["max_abs_diff"] <= 1e-4 and e["attention_fused"] == "3/3 layers"
     onnx_int8 = json.loads((repo / "reports/onnx_int8.json").read_text())
     assert onnx_int8["details"]["speedup_vs_parent"]["student_onnx_int8.cpu.b1_s128"] > 0
+    # BF16 beside INT8 in the quantize stage: measured where the CPU has native bf16, else skipped.
+    from compress.env import bf16_unavailable
+
+    bf16 = next(r for r in quantize["records"] if r["artifact"] == "student_bf16" and r["target"] == "cpu")
+    assert bf16["status"] == ("skipped" if bf16_unavailable() else "ok") and bf16["precision"] == "bf16"
+    ov = json.loads((repo / "reports/openvino.json").read_text())
+    ov_cpu = {r["artifact"]: r for r in ov["records"] if r["target"] == "cpu"}
+    assert {"student_ov", "student_ov_int8", "student_pruned_ov", "student_pruned_ov_int8"} <= set(ov_cpu)
+    assert ov_cpu["student_ov"]["status"] == "ok" and ov_cpu["student_ov"]["parent"] == "student_onnx"
+    assert ov_cpu["student_ov_int8"]["size_mb"] < ov_cpu["student_ov"]["size_mb"]
+    assert all(r["status"] == "skipped" and "Intel GPUs" in r["reason"] for r in ov["records"] if r["target"] == "gpu")
     trt = json.loads((repo / "reports/tensorrt.json").read_text())
     assert all(r["status"] == "ok" or r["reason"] for r in trt["records"]) and len(trt["records"]) == 8
     comparison = json.loads((repo / "reports/comparison.json").read_text())
@@ -116,6 +128,7 @@ def test_full_pipeline_repro_offline(tmp_path):
     assert artifacts >= {"teacher", "student", "student_control", "student_pruned", "student_int8_torch",
                          "student_pruned_int8_torch", "student_int8_inc", "student_onnx", "student_pruned_onnx",
                          "student_onnx_int8", "student_pruned_onnx_int8", "student_trt_fp16",
+                         "student_ov", "student_ov_bf16", "student_ov_int8", "student_pruned_ov_int8", "student_bf16",
                          "student_trt_int8", "student_pruned_trt_fp16", "student_pruned_trt_int8"}
 
     # One run measured every artifact and the reference; the comparison divides its figures.
@@ -123,6 +136,8 @@ def test_full_pipeline_repro_offline(tmp_path):
     ref = next(r for r in bench["records"] if r["artifact"] == "bert_base_reference" and r["target"] == "cpu")
     assert ref["status"] == "ok" and ref["accuracy"] is None and len(ref["points"]) == 3  # 1x16, 1x128, 32x128
     assert "student_control" not in {r["artifact"] for r in bench["records"]}  # params: exclude
+    ov_bench = next(r for r in bench["records"] if r["artifact"] == "student_ov_int8" and r["target"] == "cpu")
+    assert ov_bench["dev_stream_seq_per_s"] > 0  # real-length throughput over the dev split
     assert comparison["same_run_speedups"]["vs_teacher"]["student_onnx_int8"]["cpu"] > 0
     assert "student_control/cpu" in comparison["latency_from_stage"]  # not benchmarked: its stage's figure
     assert all(x.startswith("student_control") for x in comparison["latency_from_stage"])
@@ -167,7 +182,7 @@ def test_full_pipeline_repro_offline(tmp_path):
     params["measure"]["min_queries"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {
-        "teacher", "distill", "prune", "quantize", "inc", "export_onnx", "onnx_int8", "tensorrt",
+        "teacher", "distill", "prune", "quantize", "inc", "export_onnx", "onnx_int8", "openvino", "tensorrt",
         "select", "benchmark"}  # select, benchmark: their own params changed above
 
 

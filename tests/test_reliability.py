@@ -24,6 +24,7 @@ from compress.inc import IncConfig
 from compress.measure import MeasureConfig, latency_points
 from compress.onnx_export import ExportConfig
 from compress.onnx_runtime import OrtQuantConfig
+from compress.openvino_ir import OpenVinoConfig
 from compress.prune import PruneConfig
 from compress.quantize import QuantizeConfig
 from compress.select import SelectPolicy
@@ -33,7 +34,8 @@ from conftest import REPO, SST2_ROWS, tiny_model, write_tsv
 
 SECTIONS = {"prepare": PrepareConfig, "teacher": TeacherConfig, "teacher_logits": CacheConfig,
             "distill": DistillConfig, "prune": PruneConfig, "quantize": QuantizeConfig, "inc": IncConfig,
-            "export_onnx": ExportConfig, "onnx_int8": OrtQuantConfig, "tensorrt": EngineConfig,
+            "export_onnx": ExportConfig, "onnx_int8": OrtQuantConfig, "openvino": OpenVinoConfig,
+            "tensorrt": EngineConfig,
             "benchmark": BenchmarkConfig, "select": SelectPolicy, "measure": MeasureConfig}
 
 
