@@ -244,6 +244,9 @@ def quantize_embedding_tables(model) -> list[str]:
     nodes rewritten. The model is changed in place."""
     import openvino as ov
     import openvino.opset13 as ops
+    import torch
+
+    from .quantize import quantize_rows  # the one per-row INT8 scheme every route stores
 
     done = []
     for op in model.get_ordered_ops():
@@ -255,9 +258,7 @@ def quantize_embedding_tables(model) -> list[str]:
         table = src.get_data()
         if table.ndim != 2:
             continue
-        scale = np.abs(table).max(axis=1, keepdims=True) / 127.0
-        scale[scale == 0] = 1.0
-        q = np.clip(np.rint(table / scale), -127, 127).astype(np.int8)
+        q, scale = (t.numpy() for t in quantize_rows(torch.from_numpy(np.ascontiguousarray(table))))
         name = op.get_friendly_name()
         deq = ops.multiply(ops.convert(ops.constant(q, name=f"{name}/int8_table"), ov.Type.f32),
                            ops.constant(scale.astype(np.float32), name=f"{name}/row_scale"))
