@@ -111,6 +111,52 @@ def load_params(path: str | Path = "params.yaml") -> dict:
     return params
 
 
+# Key inside a params section holding per-task overrides of that section, e.g.
+#   teacher:
+#     max_length: 64
+#     by_task:
+#       mrpc: {max_length: 128, train: {epochs: null, max_steps: 575}}
+# The active task is `prepare.task`; its block is merged over the section (nested mappings
+# key by key), so `-S prepare.task=mrpc` alone switches every stage to the MRPC recipe.
+PRESETS_KEY = "by_task"
+
+
+def merge(base: dict, override: dict) -> dict:
+    """`base` with `override` merged in: mappings merged key by key, other values replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def active_task(params: dict) -> str:
+    prep = params.get("prepare") or {}
+    return prep.get("task", "sst2") if isinstance(prep, dict) else "sst2"
+
+
+def resolve_preset(data: dict | None, name: str, task: str) -> dict | None:
+    """Section `name` as the stage sees it for `task`: the `by_task` block of that task
+    merged over the base keys, and the `by_task` key itself removed."""
+    if not isinstance(data, dict) or PRESETS_KEY not in data:
+        return data
+    from .data import TASKS  # data imports this module
+
+    data = dict(data)
+    presets = data.pop(PRESETS_KEY) or {}
+    if not isinstance(presets, dict):
+        raise ConfigError(f"'{name}.{PRESETS_KEY}' must map task names to overrides, got {presets!r}")
+    for key, block in presets.items():
+        if key not in TASKS:
+            raise ConfigError(f"unknown task '{name}.{PRESETS_KEY}.{key}': tasks are {', '.join(TASKS)}")
+        if not isinstance(block, dict):
+            raise ConfigError(f"'{name}.{PRESETS_KEY}.{key}' must be a mapping of {name} keys, got {block!r}")
+    return merge(data, presets.get(task) or {})
+
+
 def section(params: dict, name: str, cls):
-    """Build config `cls` from section `name` of already-loaded params."""
-    return build(cls, params.get(name), name)
+    """Build config `cls` from section `name` of already-loaded params, with the active
+    task's preset (`<section>.by_task.<prepare.task>`) applied."""
+    return build(cls, resolve_preset(params.get(name), name, active_task(params)), name)

@@ -186,7 +186,7 @@ def read_split(source: str, split: str, task: Task, revision: str | None = None)
     return read_glue_tsv(Path(source) / f"{split}.tsv", task)
 
 
-def _json_line(ex: Example) -> str:
+def json_line(ex: Example) -> str:
     return json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label}, ensure_ascii=False) + "\n"
 
 
@@ -200,7 +200,7 @@ def write_split(examples: Iterable[Example], path: Path, max_rows: int | None, s
     if max_rows is None:
         with open(path, "w", encoding="utf-8") as f:
             for ex in examples:
-                f.write(_json_line(ex))
+                f.write(json_line(ex))
                 counts[ex.label] += 1
         return counts
     rng = random.Random(seed)
@@ -215,7 +215,7 @@ def write_split(examples: Iterable[Example], path: Path, max_rows: int | None, s
     keep.sort(key=lambda t: t[0])
     with open(path, "w", encoding="utf-8") as f:
         for _, ex in keep:
-            f.write(_json_line(ex))
+            f.write(json_line(ex))
             counts[ex.label] += 1
     return counts
 

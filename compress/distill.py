@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +27,8 @@ from transformers import BertForSequenceClassification
 
 from .config import check
 from .errors import UserError
-from .data import Prepared
+from .augment import UNLABELLED, AugmentConfig, augment, describe
+from .data import Prepared, json_line, read_jsonl
 from .io import atomic_dir
 from .models import load_saved, save_classifier
 from .tokens import Encoded, collate, encode, eval_batches
@@ -92,6 +93,7 @@ class CacheConfig:
     max_length: int = 64  # truncation of the transfer set; the student trains on the same
     batch_size: int = 128
     threads: int = 2
+    augment: AugmentConfig = field(default_factory=AugmentConfig)  # extra transfer rows (off: size 0)
 
     def __post_init__(self):
         check(8 <= self.max_length <= 512, f"max_length must be in [8, 512], got {self.max_length}")
@@ -99,21 +101,46 @@ class CacheConfig:
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
 
 
+AUGMENTED = "augmented.jsonl"  # the cache's augmented rows; the transfer set is train + these
+
+
 def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, cfg: CacheConfig) -> dict:
-    """Write logits.npy (train rows x labels, fp32) and meta.json into out_dir, atomically."""
+    """Build the transfer set (the train split, then `cfg.augment`'s new rows) and write
+    logits.npy (transfer rows x labels, fp32), augmented.jsonl and meta.json into out_dir,
+    atomically: the rows and the logits that label them live and die together."""
+    cfg.augment.check_task(prepared.task.is_pair, prepared.task.name)
     torch.set_num_threads(cfg.threads)
     t0 = time.perf_counter()
     teacher, tokenizer = load_saved(teacher_dir)
-    enc = encode(tokenizer, prepared.split("train"), cfg.max_length)
+    train = prepared.split("train")
+    extra, per_kind = augment(train, cfg.augment, prepared.task.is_pair)
+    enc = encode(tokenizer, train + extra, cfg.max_length)
     logits = teacher_logits(teacher, enc, cfg.batch_size)
-    agree = float((logits.argmax(-1) == enc.labels).mean())
+    gold = enc.labels[:len(train)]
+    agree = float((logits[:len(train)].argmax(-1) == gold).mean())
     meta = {"rows": len(enc), "max_length": cfg.max_length, "data_sha256": prepared.sha256("train"),
             "teacher_train_accuracy": round(agree, 6)}
+    if cfg.augment.size > 0:  # an unaugmented cache keeps today's meta.json byte for byte
+        meta["augmentation"] = describe(cfg.augment, per_kind, len(train))
+        # how the teacher labels each kind: share predicted positive (cross pairs ~ all negative)
+        meta["augmentation"]["teacher_positive_share"] = _positive_share(logits[len(train):], per_kind)
     with atomic_dir(out_dir) as tmp:
         np.save(tmp / "logits.npy", logits)
+        with open(tmp / AUGMENTED, "w", encoding="utf-8") as f:
+            f.writelines(json_line(ex) for ex in extra)
         # no timing in the cached output: the same inputs must give the same bytes
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return {**meta, "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def _positive_share(logits: np.ndarray, per_kind: dict[str, int]) -> dict[str, float | None]:
+    """Share of each kind's rows (contiguous, in kind order as `augment` returns them) that
+    the teacher calls class 1."""
+    out, start = {}, 0
+    for kind, n in per_kind.items():
+        out[kind] = round(float((logits[start:start + n].argmax(-1) == 1).mean()), 4) if n else None
+        start += n
+    return out
 
 
 def load_teacher_cache(cache_dir: Path, prepared: Prepared) -> tuple[np.ndarray, dict]:
@@ -128,6 +155,18 @@ def load_teacher_cache(cache_dir: Path, prepared: Prepared) -> tuple[np.ndarray,
     return np.load(Path(cache_dir) / "logits.npy", allow_pickle=False), meta
 
 
+def load_transfer(cache_dir: Path, prepared: Prepared) -> tuple[list, np.ndarray, dict]:
+    """(rows, logits, meta): the transfer set (train split, then the cache's augmented rows)
+    with the teacher logits of each row."""
+    logits, meta = load_teacher_cache(cache_dir, prepared)
+    extra_path = Path(cache_dir) / AUGMENTED
+    rows = prepared.split("train") + (read_jsonl(extra_path) if extra_path.is_file() else [])
+    if len(rows) != len(logits):
+        raise UserError(f"{cache_dir}: {len(logits)} cached logits for {len(rows)} transfer rows; "
+                        "rerun the teacher_logits stage")
+    return rows, logits, meta
+
+
 # --- losses --------------------------------------------------------------------------------
 
 def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
@@ -137,7 +176,13 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: 
     s, t = student_logits.float(), teacher_logits.float()
     soft = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1),
                     reduction="batchmean", log_target=True) * temperature ** 2
-    hard = F.cross_entropy(s, labels)
+    if bool((labels < 0).any()):
+        # augmented rows (label -1) have teacher logits only: the label term averages over
+        # the batch with those rows contributing zero, so a row's weight does not depend on
+        # how many labelled rows share its batch
+        hard = F.cross_entropy(s, labels, ignore_index=UNLABELLED, reduction="sum") / len(labels)
+    else:
+        hard = F.cross_entropy(s, labels)
     return alpha_kd * soft + (1 - alpha_kd) * hard
 
 
@@ -231,21 +276,28 @@ class DistillConfig:
 
 
 def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Prepared, out_dir: Path,
-            curves_dir: Path, control_dir: Path, control_curves_dir: Path, eval_max_length: int = 128) -> dict:
+            curves_dir: Path, control_dir: Path, control_curves_dir: Path, eval_max_length: int = 128,
+            train_control: bool = True) -> dict:
     """Build the student from the teacher, distil it, save it; also train the label-only
-    control from the same initialisation with the same budget. Returns a summary."""
+    control from the same initialisation with the same budget (unless `train_control` is
+    false: ablations). Returns a summary."""
     teacher, tokenizer = load_saved(teacher_dir)
     if len(cfg.student_layers) > teacher.config.num_hidden_layers or \
             max(cfg.student_layers) >= teacher.config.num_hidden_layers:
         raise UserError(f"distill.student_layers {cfg.student_layers} do not fit a "
                         f"{teacher.config.num_hidden_layers}-layer teacher")
-    logits, meta = load_teacher_cache(cache_dir, prepared)
-    train = encode(tokenizer, prepared.split("train"), meta["max_length"])
+    rows, logits, meta = load_transfer(cache_dir, prepared)
+    transfer = encode(tokenizer, rows, meta["max_length"])
+    gold_rows = len(prepared.split("train"))
+    # the control learns from the gold labels only: the train split, never augmented rows
+    train = transfer if len(rows) == gold_rows else encode(tokenizer, rows[:gold_rows], meta["max_length"])
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
     task = prepared.task
     summary = {"config": asdict(cfg), "teacher_layers": teacher.config.num_hidden_layers,
-               "student_layers": cfg.student_layers, "transfer_rows": len(train),
-               "teacher_cache": meta}
+               "student_layers": cfg.student_layers, "transfer_rows": len(transfer),
+               "gold_rows": gold_rows, "teacher_cache": meta,
+               "intermediate_terms": "teacher run alongside the student (on the fly)"
+               if cfg.loss.hidden_mse_weight > 0 or cfg.loss.attention_weight > 0 else "off"}
 
     def build():
         seed_everything(cfg.train.seed)
@@ -259,14 +311,20 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
         # attention probabilities are only returned by the eager implementation
         for m in (student, teacher):
             m.config._attn_implementation = "eager"
-    loss = distill_loss_fn(train, logits, cfg.loss, teacher=teacher, layer_map=cfg.student_layers)
+    loss = distill_loss_fn(transfer, logits, cfg.loss, teacher=teacher, layer_map=cfg.student_layers)
     with atomic_dir(curves_dir) as tmp:
-        summary["student"] = finetune(student, train, dev, cfg.train, task.metrics, tmp,
+        summary["student"] = finetune(student, transfer, dev, cfg.train, task.metrics, tmp,
                                       desc="distill", loss_fn=loss)
-        save_classifier(student, tokenizer, out_dir, list(task.label_names))
+        save_classifier(student, tokenizer, out_dir, list(task.label_names), task=task.name)
+    if not train_control:
+        return summary
     control = build()
+    # Same budget: as many optimizer steps as the student took (epochs over an augmented
+    # transfer set are more steps than epochs over the train split).
+    control_train = cfg.train if train is transfer else \
+        replace(cfg.train, epochs=None, max_steps=summary["student"]["steps"])
     with atomic_dir(control_curves_dir) as tmp:
-        summary["control"] = finetune(control, train, dev, cfg.train, task.metrics, tmp,
+        summary["control"] = finetune(control, train, dev, control_train, task.metrics, tmp,
                                       desc="control (labels only)")
-        save_classifier(control, tokenizer, control_dir, list(task.label_names))
+        save_classifier(control, tokenizer, control_dir, list(task.label_names), task=task.name)
     return summary

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from .config import check
 from .data import Prepared
-from .distill import DistillLossConfig, distill_loss_fn, kd_loss, load_teacher_cache, slice_ffn
+from .distill import DistillLossConfig, distill_loss_fn, kd_loss, load_transfer, slice_ffn
 from .io import atomic_dir
 from .metrics import classification_metrics
 from .models import count_parameters, load_saved, save_classifier
@@ -209,8 +209,8 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
                   plots_dir: Path, eval_max_length: int = 128) -> dict:
     """Score, prune heads (and optionally FFN neurons), recover by distillation, save."""
     model, tokenizer = load_saved(student_dir)
-    cached, meta = load_teacher_cache(cache_dir, prepared)
-    train = encode(tokenizer, prepared.split("train"), meta["max_length"])
+    rows, cached, meta = load_transfer(cache_dir, prepared)  # the train split + any augmented rows
+    train = encode(tokenizer, rows, meta["max_length"])
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
     task = prepared.task
     labels, t_logits = torch.from_numpy(train.labels), torch.from_numpy(cached)
@@ -253,6 +253,6 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
             write_one_evaluation(tmp, final)
         head_heatmap(norm, spec, tmp / "head_importance.png")
         write_importance_csv(norm, spec, tmp / "head_importance.csv")
-        save_classifier(model, tokenizer, out_dir, list(task.label_names))
+        save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
     summary["after"] = {"dev": dev_metrics()}
     return summary

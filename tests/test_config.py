@@ -57,3 +57,44 @@ def test_int_accepted_for_float_and_section_may_be_empty():
 def test_missing_params_file(tmp_path):
     with pytest.raises(ConfigError, match="params file not found"):
         load_params(tmp_path / "params.yaml")
+
+
+def test_task_preset_merges_over_the_section():
+    params = {"prepare": {"task": "mrpc"},
+              "teacher": {"max_length": 64, "train": {"epochs": 2.0, "lr": 1e-4},
+                          "by_task": {"mrpc": {"max_length": 128, "train": {"epochs": None, "max_steps": 500}}}}}
+    t = section(params, "teacher", TeacherConfig)
+    assert t.max_length == 128 and t.train.max_steps == 500 and t.train.epochs is None
+    assert t.train.lr == 1e-4  # keys the preset does not name keep the base value
+    params["prepare"]["task"] = "sst2"  # no sst2 preset: the base section as written
+    t = section(params, "teacher", TeacherConfig)
+    assert t.max_length == 64 and t.train.epochs == 2.0 and t.train.max_steps is None
+
+
+def test_task_preset_errors_name_the_key():
+    with pytest.raises(ConfigError, match=r"unknown task 'teacher.by_task.cola'"):
+        section({"teacher": {"by_task": {"cola": {}}}}, "teacher", TeacherConfig)
+    with pytest.raises(ConfigError, match=r"unknown key 'teacher.train.max_step'"):
+        section({"prepare": {"task": "mrpc"}, "teacher": {"by_task": {"mrpc": {"train": {"max_step": 5}}}}},
+                "teacher", TeacherConfig)
+
+
+def test_committed_mrpc_preset_is_step_based():
+    params = load_params(REPO / "params.yaml")
+    params["prepare"]["task"] = "mrpc"
+    t = section(params, "teacher", TeacherConfig)
+    assert t.train.epochs is None and t.train.max_steps >= 500 and t.max_length == 128
+    from compress.distill import CacheConfig
+    assert section(params, "teacher_logits", CacheConfig).augment.size > 0
+    params["prepare"]["task"] = "sst2"
+    assert section(params, "teacher_logits", CacheConfig).augment.size == 0
+
+
+@pytest.mark.parametrize("data,msg", [
+    ({"epochs": None}, "set exactly one of epochs and max_steps"),
+    ({"max_steps": 100}, "set exactly one of epochs and max_steps"),
+    ({"epochs": None, "max_steps": 0}, "max_steps must be >= 1"),
+])
+def test_step_and_epoch_budgets_exclusive(data, msg):
+    with pytest.raises(ConfigError, match=msg):
+        FinetuneConfig(**data)

@@ -79,3 +79,15 @@ def test_frozen_parameters_stay_bitwise_unchanged(tmp_path, prepared_sst2):
                                                eval_every_steps=0), ("accuracy",), tmp_path / "c")
     assert torch.equal(emb, before_emb)
     assert not torch.equal(model.classifier.weight, before_cls)
+
+
+def test_step_based_schedule_runs_exactly_max_steps_across_epochs(tmp_path, prepared_sst2):
+    p, train, dev = _data(prepared_sst2)  # 32 rows: 4 steps an epoch at batch 8
+    model, _ = tiny_model(seed=1)
+    cfg = FinetuneConfig(epochs=None, max_steps=10, batch_size=8, lr=1e-3, warmup_ratio=0.2,
+                         eval_every_steps=0, seed=3)
+    summary = finetune(model, train, dev, cfg, ("accuracy",), tmp_path / "curves")
+    assert summary["steps"] == 10 and summary["epochs"] == 2.5
+    assert summary["sequences_seen"] == 80
+    last = list(csv.DictReader(open(tmp_path / "curves" / "train.csv")))[-1]
+    assert last["step"] == "10" and float(last["lr"]) == 0.0  # linear decay reaches zero at max_steps

@@ -1,0 +1,98 @@
+"""Which distillation lever buys how much: transfer-set augmentation, intermediate-layer
+terms, training length. Each setting builds the teacher-logits cache (with its
+augmentation) and distils a student with the pipeline's own verbs, one after another in
+one process, from one teacher; the label-only control is trained once per distinct budget.
+
+    python benchmarks/distill_levers.py --prepared data/prepared --teacher models/teacher \
+        --setting "teacher_logits.augment.size=0" \
+        --setting "teacher_logits.augment.size=4" \
+        --setting "teacher_logits.augment.size=4,distill.loss.hidden_mse_weight=1" \
+        --json reports/mrpc/distill_levers.json
+
+Settings are comma-separated dotted keys over the `teacher_logits` and `distill` sections
+of params.yaml (with the active task's presets applied first).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from compress.config import load_params, merge, section  # noqa: E402
+from compress.data import Prepared  # noqa: E402
+from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill  # noqa: E402
+
+
+def parse_value(value: str):
+    value = value.strip()
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return yaml.safe_load(value)  # lists, null, true/false
+
+
+def parse_setting(text: str) -> dict:
+    out: dict = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = parse_value(value)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prepared", default="data/prepared")
+    ap.add_argument("--teacher", default="models/teacher")
+    ap.add_argument("--params", default=str(REPO / "params.yaml"))
+    ap.add_argument("--setting", action="append", required=True)
+    ap.add_argument("--no-control", action="store_true", help="skip the label-only control")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    prepared = Prepared.open(args.prepared)
+    base = load_params(args.params)
+    base["prepare"] = {**(base.get("prepare") or {}), "task": prepared.task.name}
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for text in args.setting:
+            params = merge(base, parse_setting(text))
+            ccfg = section(params, "teacher_logits", CacheConfig)
+            dcfg = section(params, "distill", DistillConfig)
+            t0 = time.perf_counter()
+            meta = cache_teacher_outputs(Path(args.teacher), prepared, tmp / "cache", ccfg)
+            cache_s = time.perf_counter() - t0
+            summary = distill(dcfg, Path(args.teacher), tmp / "cache", prepared, tmp / "student",
+                              tmp / "curves", tmp / "control", tmp / "control_curves",
+                              train_control=not args.no_control)
+            st = summary["student"]
+            row = {"setting": text, "transfer_rows": summary["transfer_rows"], "steps": st["steps"],
+                   "cache_s": round(cache_s, 1), "student_train_s": st["train_wall_s"],
+                   "student": st["final_dev"]}
+            if "control" in summary:
+                row["control"] = summary["control"]["final_dev"]
+                row["control_train_s"] = summary["control"]["train_wall_s"]
+            results.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"task": prepared.task.name, "teacher": args.teacher,
+                                               "results": results}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
