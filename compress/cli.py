@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "without texts or --file, lines are read from standard input")
     s.add_argument("--file", help="a UTF-8 file with one text (or tab-separated pair) per line")
     s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
-    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's task, else sst2)")
+    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's own task, recorded in "
+                                  "artifact.json or config.json; a --task that contradicts it is refused)")
     s.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format (default text)")
     s.add_argument("--batch-size", type=int, default=32)
     s.add_argument("--max-length", type=int, default=128, help="longer texts are truncated (default 128)")
@@ -161,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--data", required=True, help="GLUE-format directory (train.tsv/dev.tsv) or hub:glue/sst2")
     s.add_argument("--split", default="dev", help="train or dev (default dev)")
     s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
-    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's task, else sst2)")
+    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's own task, recorded in "
+                                  "artifact.json or config.json; a --task that contradicts it is refused)")
     s.add_argument("--max-length", type=int, default=128)
     s.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
     s.add_argument("--threads", type=int, default=2)

@@ -133,8 +133,17 @@ def load_tokenizer(src: str | Path, revision: str | None = None) -> PreTrainedTo
         raise ModelError(f"cannot load tokenizer from '{src}': {e}") from None
 
 
-def save_classifier(model, tokenizer, out_dir: str | Path, label_names: list[str] | None = None) -> None:
-    """Save config, safetensors weights and tokenizer atomically into out_dir."""
+def save_classifier(model, tokenizer, out_dir: str | Path, label_names: list[str] | None = None,
+                    task: str | None = None) -> None:
+    """Save config, safetensors weights and tokenizer atomically into out_dir.
+
+    task: the task the model is fine-tuned on (a name in compress.data.TASKS), recorded
+    as the config's `finetuning_task` so that every artifact derived from this directory
+    knows its task (`compress.predict.task_of`)."""
+    if task is not None:
+        from .data import get_task
+
+        model.config.finetuning_task = get_task(task).name  # refuses an unknown name before writing
     if label_names:
         model.config.id2label = {i: n for i, n in enumerate(label_names)}
         model.config.label2id = {n: i for i, n in enumerate(label_names)}

@@ -4,6 +4,10 @@
 The production artifact (`models/production/`, written by the `select` stage) carries
 `artifact.json` with the sha256 of every file; it is checked before anything is loaded,
 so a swapped or corrupted file is refused rather than run.
+
+Every artifact knows its task (`task_of`): artifact.json records it for a promoted
+artifact, config.json's `finetuning_task` for any directory a stage wrote (derived
+formats keep their parent's config.json), and label names identify older ones.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .data import Example, get_task
+from .data import TASKS, Example, get_task
 from .errors import UserError
 from .select import file_hashes
 
@@ -70,6 +74,83 @@ def artifact_at(path: Path, name: str | None = None):
     return Artifact(name or path.name, path)
 
 
+def _task_key(name) -> str:
+    return str(name).lower().replace("-", "").replace("_", "")  # "SST-2" (some Hub configs) is sst2
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: unreadable ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a JSON object")
+    return data
+
+
+def detect_task(path: str | Path) -> tuple[str, str] | None:
+    """(task name, where it was read) for an artifact directory, or None when nothing in
+    it names a task. Looked up in order:
+
+    1. `artifact.json` "task": a promoted artifact's record;
+    2. config.json `finetuning_task`, when it names a known task (written by
+       `models.save_classifier(..., task=)` and carried into every derived artifact:
+       ONNX, ONNX Runtime INT8, OpenVINO, torchao, INC, TensorRT copy or re-save it);
+    3. config.json id2label, when its names (in class order, case aside) are exactly one
+       task's label_names: artifacts saved before the task was recorded."""
+    path = Path(path)
+    keys = {_task_key(t): t for t in TASKS}
+    if (path / "artifact.json").is_file():
+        recorded = _read_json(path / "artifact.json").get("task")
+        if recorded is not None:
+            if _task_key(recorded) not in keys:
+                raise UserError(f"{path / 'artifact.json'}: unknown task '{recorded}' (known: {', '.join(TASKS)})")
+            return keys[_task_key(recorded)], "artifact.json"
+    if not (path / "config.json").is_file():
+        return None
+    cfg = _read_json(path / "config.json")
+    finetuned = cfg.get("finetuning_task")
+    if finetuned is not None and _task_key(finetuned) in keys:
+        return keys[_task_key(finetuned)], "config.json finetuning_task"
+    id2label = cfg.get("id2label") or {}
+    try:
+        names = tuple(str(id2label[str(i)]).lower() for i in range(len(id2label)))
+    except KeyError:  # ids not 0..n-1: matches no task
+        return None
+    matches = [t.name for t in TASKS.values() if names == tuple(n.lower() for n in t.label_names)]
+    if len(matches) == 1:
+        return matches[0], "config.json label names"
+    return None
+
+
+def task_of(path: str | Path) -> str:
+    """The task of any artifact directory (see detect_task for where it is read); a
+    UserError naming the directory when it records none."""
+    found = detect_task(path)
+    if found is None:
+        raise UserError(f"{path}: the artifact does not record its task (no task in artifact.json, no "
+                        f"known finetuning_task in config.json, label names match no task); pass --task "
+                        f"({' or '.join(TASKS)})")
+    return found[0]
+
+
+def resolve_task(path: str | Path, task: str | None = None) -> str:
+    """The task to run an artifact with: `task` when given (checked against the task the
+    artifact records, if any), else the artifact's own task.
+
+    An explicit task that contradicts the recorded one is refused: the model would be
+    fed another task's columns and its scores would be meaningless, with no sign of it."""
+    if task is None:
+        return task_of(path)
+    name = get_task(task).name
+    found = detect_task(path)
+    if found is not None and found[0] != name:
+        raise UserError(f"{path}: --task {name} contradicts the artifact's task '{found[0]}' ({found[1]}); "
+                        f"the model would be fed {name} inputs it was not trained on. Omit --task to use "
+                        f"'{found[0]}', or choose an artifact trained on {name}")
+    return name
+
+
 @dataclass
 class Loaded:
     runner: object
@@ -89,6 +170,7 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
         raise UserError(f"{path}: no such artifact directory (the production artifact is written by "
                         "`dvc repro select`)")
     meta = verify(path)
+    task_name = resolve_task(path, task)  # before any weights are loaded: a wrong task stops here
     art = artifact_at(path)
     if meta:  # the promoted record knows what it is; the files alone may not
         from .runners import Artifact
@@ -98,7 +180,6 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
     if reason:
         raise UserError(f"{path} cannot run on {target}: {reason}")
     runner = load_runner(art, target, threads)
-    task_name = task or (meta or {}).get("task") or "sst2"
     cfg = AutoConfig.from_pretrained(path)
     names = [cfg.id2label[i] for i in range(cfg.num_labels)] if cfg.id2label else \
         list(get_task(task_name).label_names)

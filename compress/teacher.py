@@ -48,6 +48,6 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
             write_one_evaluation(curves_tmp, final)
             summary["training"] = {"skipped": "teacher.finetune is false: the checkpoint is used as is",
                                    "final_dev": final}
-        save_classifier(model, tokenizer, out_dir, list(task.label_names))
+        save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
     summary["stage_build_s"] = round(time.perf_counter() - t0, 1)
     return summary

@@ -338,10 +338,14 @@ def test_predict_bad_files_name_the_problem(production, tmp_path, capsys, conten
     assert re.search(message, capsys.readouterr().err)
 
 
-def test_predict_on_a_pair_task_refuses_single_sentences(production, capsys):
+def test_predict_on_a_pair_task_refuses_single_sentences(tmp_path, capsys):
     from compress.cli import main
+    from compress.models import save_classifier
+    from conftest import tiny_model
 
-    assert main(["predict", "--artifact", str(production), "--task", "mrpc", "one sentence only"]) == 2
+    model, tok = tiny_model()
+    save_classifier(model, tok, tmp_path / "pair", ["not_equivalent", "equivalent"], task="mrpc")
+    assert main(["predict", "--artifact", str(tmp_path / "pair"), "one sentence only"]) == 2
     assert "argument:1: this task takes sentence pairs" in capsys.readouterr().err
 
 
