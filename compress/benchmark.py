@@ -23,12 +23,12 @@ from pathlib import Path
 
 from .config import check
 from .measure import TARGETS, MeasureConfig, measure
-from .report import HEADLINE_LATENCY, HEADLINE_THROUGHPUT, Record, speedups
+from .report import CI_FIELDS, HEADLINE_LATENCY, HEADLINE_THROUGHPUT, Record, speedups
 from .runners import Artifact, artifact_dir
 
 REFERENCE_NAME = "bert_base_reference"
 MAX_SEQ = 512  # BERT's position embeddings
-ACCURACY_FIELDS = ("accuracy", "f1", "eval_rows", "agreement_with_parent")
+ACCURACY_FIELDS = ("accuracy", "f1", *CI_FIELDS, "eval_rows", "agreement_with_parent")
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@
 records (one per artifact and target, the report schema), in which latency, throughput
 and the latency points come from the benchmark (all artifacts measured in one run, so
 any two rows can be divided), while accuracy, agreement, size, parameters and peak
-memory stay those the building stage measured. The benchmark's reference rows (bert-base
-geometry FP32, random weights) are added with no accuracy.
+memory stay those the building stage measured: with them, the metrics' 95% intervals
+(`<metric>_ci95_low/_high`), which belong to the stage's accuracy pass over the whole dev
+split. The benchmark's reference rows (bert-base geometry FP32, random weights) are added
+with no accuracy and no interval.
 
 Everything the Markdown, HTML and DVC plot renderings show is derived here from that
 JSON (`table_rows`, `pareto_front`, `sweep`), so the three never disagree.
@@ -17,7 +19,8 @@ import io
 from pathlib import Path
 
 from .io import atomic_write_text, replace_block
-from .report import HEADLINE_LATENCY, _fmt, _pct, build_comparison, environment_lines, summarize
+from .report import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LATENCY, _fmt, _pct_ci, build_comparison,
+                     environment_lines, has_interval, has_metric, metric_header, summarize)
 
 TEACHER = "teacher"
 LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_seq_per_s",
@@ -41,7 +44,7 @@ def build(stage_reports: list[dict], bench: dict | None) -> dict:
     if bench is not None:
         ref = bench.get("details", {}).get("reference")
         if ref:
-            records += [r for r in bench["records"] if r["artifact"] == ref]
+            records += [_no_orphan_intervals(r) for r in bench["records"] if r["artifact"] == ref]
             comp["references"].append(ref)
         comp["records"] = records
         comp["summary"] = summarize(records)
@@ -50,6 +53,12 @@ def build(stage_reports: list[dict], bench: dict | None) -> dict:
         comp["benchmark"] = {k: bench["details"].get(k) for k in ("points", "reference_spec", "stage_wall_s")}
     comp["same_run_speedups"] = same_run_speedups(comp)
     return comp
+
+
+def _no_orphan_intervals(r: dict) -> dict:
+    """The record without intervals whose metric it does not carry: the benchmark blanks
+    accuracy (its few warm-up rows are no measurement), and so must go their intervals."""
+    return {**r, **{f"{m}_ci95_{end}": None for m in CI_METRICS if r.get(m) is None for end in ("low", "high")}}
 
 
 def _ok(records: list[dict], target: str) -> list[dict]:
@@ -91,7 +100,8 @@ def table_rows(comp: dict, target: str) -> list[dict]:
         rows.append({
             "artifact": r["artifact"], "format": r.get("format"), "precision": r.get("precision"),
             "reference": r["artifact"] in refs,
-            "size_mb": r.get("size_mb"), "num_params": r.get("num_params"), "accuracy": acc,
+            "size_mb": r.get("size_mb"), "num_params": r.get("num_params"), "accuracy": acc, "f1": r.get("f1"),
+            **{f: r.get(f) for f in CI_FIELDS},
             "accuracy_delta_pts": None if acc is None or t_acc is None else round(100 * (acc - t_acc), 2),
             "accuracy_vs_teacher": None if acc is None or not t_acc else round(acc / t_acc, 4),
             "latency_ms_p50": r.get("latency_ms_p50"), "latency_ms_p90": r.get("latency_ms_p90"),
@@ -150,16 +160,19 @@ def _x(v) -> str:
 def target_table_markdown(comp: dict, target: str) -> str:
     rows = table_rows(comp, target)
     front = set(pareto_front(rows))
-    lines = ["| artifact | format | precision | size MiB | params | accuracy | Δ vs teacher (points) "
-             "| p50 ms | p90 ms | p99 ms | throughput seq/s (32×128) | dev stream sent/s | speedup vs teacher "
-             "| peak RSS MiB |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    f1 = has_metric(rows, "f1")  # pair tasks only: single-sentence tasks get no empty column
+    head = ("| artifact | format | precision | size MiB | params | " + metric_header(rows, "accuracy", "accuracy")
+            + " | Δ vs teacher (points) " + ("| " + metric_header(rows, "f1", "F1") + " " if f1 else "")
+            + "| p50 ms | p90 ms | p99 ms | throughput seq/s (32×128) | dev stream sent/s | speedup vs teacher "
+            "| peak RSS MiB |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for x in rows:
         name = x["artifact"] + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] else " †")
-        acc = "n/a (random weights)" if x["reference"] else _pct(x["accuracy"])
+        acc = "n/a (random weights)" if x["reference"] else _pct_ci(x, "accuracy")
         lines.append("| " + " | ".join([
             name, _fmt(x["format"]), _fmt(x["precision"]), _fmt(x["size_mb"], 1), _fmt(x["num_params"]), acc,
             "–" if x["accuracy_delta_pts"] is None else f"{x['accuracy_delta_pts']:+.2f}",
+            *([_pct_ci(x, "f1")] if f1 else []),
             _fmt(x["latency_ms_p50"]), _fmt(x["latency_ms_p90"]), _fmt(x["latency_ms_p99"]),
             _fmt(x["throughput_seq_per_s"], 1), _fmt(x["dev_stream_seq_per_s"], 1), _x(x["speedup_vs_teacher"]),
             _fmt(x["peak_mem_mb"], 0),
@@ -196,6 +209,8 @@ def render_markdown(comp: dict) -> str:
              "lengths, length-sorted batches of 32, sentences/s); accuracy, "
              "size and peak memory come from the stage that built each artifact. ★ marks the latency/accuracy "
              "Pareto front; † a row whose latency comes from its own stage's run.", ""]
+    if has_interval(comp["records"]):
+        parts += [CI_NOTE, ""]
     for target in targets_measured(comp):
         parts += [f"## {target.upper()}", "", target_table_markdown(comp, target), "",
                   f"### Latency p50 (ms) against sequence length, batch 1, {target}", "",
@@ -256,7 +271,8 @@ def readme_table(comp: dict) -> str:
     skipped_gpu = "gpu" not in targets_measured(comp)
     parts.append(f"Measured on {env.get('cpu_model', '?')} with {env.get('threads', '?')} threads, "
                  f"torch {env.get('libraries', {}).get('torch', '?')}; GPU: {env.get('gpu_name') or 'none'}"
-                 + (" (GPU rows skipped: see reports/comparison.md)" if skipped_gpu else "") + ".")
+                 + (" (GPU rows skipped: see reports/comparison.md)" if skipped_gpu else "") + "."
+                 + (" " + CI_NOTE if has_interval(comp["records"]) else ""))
     return "\n".join(parts)
 
 

@@ -12,7 +12,7 @@ import html
 import io
 
 from . import comparison as C
-from .report import _fmt, _pct
+from .report import CI_NOTE, _fmt, _pct_ci, has_interval, has_metric, metric_header
 
 FORMAT_COLORS = {"pytorch": "#1f77b4", "pytorch_int8": "#ff7f0e", "pytorch_inc": "#d62728",
                  "onnx": "#2ca02c", "openvino": "#17becf", "tensorrt": "#9467bd"}
@@ -59,8 +59,9 @@ def _mpl():
 
 
 def accuracy_latency_svg(comp: dict, target: str) -> str:
-    """Accuracy against p50 latency (log x), point area by weight size, the Pareto front
-    as a step line, reference rows (no accuracy) as vertical lines."""
+    """Accuracy against p50 latency (log x), point area by weight size, the accuracy's 95%
+    interval as a vertical bar, the Pareto front as a step line, reference rows (no
+    accuracy) as vertical lines."""
     plt = _mpl()
     rows = C.table_rows(comp, target)
     front = C.pareto_front(rows)
@@ -68,6 +69,11 @@ def accuracy_latency_svg(comp: dict, target: str) -> str:
     scored = [r for r in rows if r["accuracy"] is not None and r["latency_ms_p50"]]
     number = {r["artifact"]: i for i, r in enumerate(rows, 1)}  # the table's "#" column
     for r in scored:
+        if r.get("accuracy_ci95_low") is not None:  # the dev split's sampling error: which gaps are real
+            y = 100 * r["accuracy"]
+            ax.errorbar(r["latency_ms_p50"], y, yerr=[[y - 100 * r["accuracy_ci95_low"]],
+                                                      [100 * r["accuracy_ci95_high"] - y]],
+                        fmt="none", ecolor="#999", elinewidth=.8, capsize=2, zorder=1)
         ax.scatter(r["latency_ms_p50"], 100 * r["accuracy"], s=8 + 2.2 * (r["size_mb"] or 0),
                    color=FORMAT_COLORS.get(r["format"], "#777"), alpha=.75,
                    edgecolors="black" if r["artifact"] in front else "none", linewidths=1.2, zorder=3)
@@ -132,7 +138,9 @@ def sweep_svg(comp: dict, target: str, kind: str) -> str | None:
 def _table(comp: dict, target: str) -> str:
     rows = C.table_rows(comp, target)
     front = set(C.pareto_front(rows))
-    head = ["#", "artifact", "format", "precision", "size MiB", "params", "accuracy", "Δ vs teacher (points)",
+    f1 = has_metric(rows, "f1")  # pair tasks only: single-sentence tasks get no empty column
+    head = ["#", "artifact", "format", "precision", "size MiB", "params", metric_header(rows, "accuracy", "accuracy"),
+            "Δ vs teacher (points)", *([metric_header(rows, "f1", "F1")] if f1 else []),
             "p50 ms", "p90 ms", "p99 ms", "throughput seq/s (32×128)", "dev stream sent/s (real lengths)",
             "speedup vs teacher", "peak RSS MiB"]
     if target == "gpu":
@@ -145,8 +153,9 @@ def _table(comp: dict, target: str) -> str:
         cells = [f"<td>{i}</td>", f'<td class="l">{chip}{name}</td>', f'<td class="l">{_e(x["format"])}</td>',
                  f'<td class="l">{_e(x["precision"])}</td>', f"<td>{_fmt(x['size_mb'], 1)}</td>",
                  f"<td>{_fmt(x['num_params'])}</td>",
-                 f"<td>{'n/a (random weights)' if x['reference'] else _pct(x['accuracy'])}</td>",
+                 f"<td>{'n/a (random weights)' if x['reference'] else _pct_ci(x, 'accuracy')}</td>",
                  f"<td>{'–' if x['accuracy_delta_pts'] is None else format(x['accuracy_delta_pts'], '+.2f')}</td>",
+                 *([f"<td>{_pct_ci(x, 'f1')}</td>"] if f1 else []),
                  f"<td>{_fmt(x['latency_ms_p50'])}</td>", f"<td>{_fmt(x['latency_ms_p90'])}</td>",
                  f"<td>{_fmt(x['latency_ms_p99'])}</td>", f"<td>{_fmt(x['throughput_seq_per_s'], 1)}</td>",
                  f"<td>{_fmt(x['dev_stream_seq_per_s'], 1)}</td>",
@@ -196,12 +205,15 @@ def render_html(comp: dict) -> str:
              "stage that built each artifact. ★ marks the latency/accuracy Pareto front (no artifact is both "
              "faster and more accurate); † a row whose latency comes from its own stage's run. Reference rows "
              "have random weights: latency and memory only. The production choice is in "
-             "<code>reports/selection.md</code>. Generated from <code>reports/comparison.json</code>.</p>"]
+             "<code>reports/selection.md</code>. Generated from <code>reports/comparison.json</code>."
+             + (" " + _e(CI_NOTE) if has_interval(comp["records"]) else "") + "</p>"]
     for target in C.targets_measured(comp):
         parts += [f"<h2>{target.upper()}</h2>", _table(comp, target), '<div class="plots">',
                   f"<figure>{accuracy_latency_svg(comp, target)}<figcaption>Accuracy against latency on {target}; "
                   "point area is proportional to the weight size; outlined points and the dashed line are the "
-                  "Pareto front; numbers are the table's rows.</figcaption></figure>"]
+                  "Pareto front; numbers are the table's rows"
+                  + ("; vertical bars are the accuracy's 95% bootstrap intervals" if has_interval(comp["records"])
+                     else "") + ".</figcaption></figure>"]
         for kind, caption in (("seq", "Latency against sequence length (batch 1)"),
                               ("batch", "Throughput against batch size (seq 128)")):
             svg = sweep_svg(comp, target, kind)

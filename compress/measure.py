@@ -21,6 +21,10 @@ GPU memory: torch's CUDA peak is reset before the accuracy pass and before each 
 point and read after it, so a point that does not fit (CUDA out of memory) cannot leak
 its failed allocations into the record's `peak_gpu_mem_mb`, which is the largest peak of
 the passes that ran.
+
+Intervals: every metric of the accuracy pass gets its 95% percentile bootstrap interval
+over the dev rows (`<metric>_ci95_low/_high`, `compress.metrics.bootstrap_ci`, 2,000
+resamples at seed 0, so an unchanged model gives an unchanged report).
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ import numpy as np
 
 from .config import check
 from .data import Prepared, sha256_file
-from .metrics import classification_metrics
+from .metrics import ci95_fields, classification_metrics
 from .report import HEADLINE_LATENCY, HEADLINE_THROUGHPUT, LatencyPoint, Record
 from .runners import Artifact, cuda_unavailable, skip_reason
 
@@ -248,6 +252,8 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     metrics = classification_metrics(logits, enc.labels, prepared.task.metrics)
     accuracy_gpu_peak = gpu_memory.peak_mb() if gpu_memory is not None else None
     predictions = logits.argmax(axis=1)
+    # 95% bootstrap intervals of every metric the task reports, at a fixed seed (reproducible)
+    intervals = ci95_fields(predictions, enc.labels, prepared.task.metrics) if len(enc) else {}
     agreement = None
     if parent_predictions is not None:
         if len(parent_predictions) != len(predictions):
@@ -271,7 +277,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     rec = Record(
         artifact=artifact.name, target=target, status="ok", reason=None,
         backend=runner.backend, format=artifact.format, precision=artifact.precision,
-        task=prepared.task.name, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"),
+        task=prepared.task.name, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"), **intervals,
         eval_rows=len(enc), parent=artifact.parent, agreement_with_parent=agreement,
         size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
         num_params=int(runner.num_params),

@@ -19,7 +19,13 @@ A Record is one artifact on one target. Units are in the field names (``_ms``, `
 row of each batch), in sentences (or pairs) per second; the benchmark stage sets it.
 ``peak_gpu_mem_mb`` is the largest per-point peak among the points that ran (and the
 accuracy pass); a point that did not fit keeps its own figure out of it.
+``accuracy_ci95_low``/``_high`` and ``f1_ci95_low``/``_high`` are the 95% percentile
+bootstrap interval of the metric over the dev rows (fractions, like the metric; see
+`compress.metrics`), set for every metric the task reports (F1: pair tasks only).
 ``reports/comparison.json`` holds the records of all stages in the same shape.
+
+``schema_version`` changes only when a field is removed or changes meaning: a new field
+defaults to None, so reports written before it existed still load.
 """
 from __future__ import annotations
 
@@ -33,6 +39,8 @@ SCHEMA_VERSION = 1
 HEADLINE_LATENCY = (1, 128)  # (batch, seq) of the latency_ms_* fields
 HEADLINE_THROUGHPUT = (32, 128)  # (batch, seq) of throughput_seq_per_s
 STATUSES = ("ok", "skipped", "failed")
+CI_METRICS = ("accuracy", "f1")  # the metrics that carry <metric>_ci95_low/_high
+CI_FIELDS = tuple(f"{m}_ci95_{end}" for m in CI_METRICS for end in ("low", "high"))
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,12 @@ class Record:
     precision: str | None = None
     task: str | None = None
     accuracy: float | None = None
-    f1: float | None = None
+    f1: float | None = None  # of the positive class; pair tasks (MRPC) only
+    # 95% bootstrap interval over the dev rows (compress.metrics.bootstrap_ci), fractions
+    accuracy_ci95_low: float | None = None
+    accuracy_ci95_high: float | None = None
+    f1_ci95_low: float | None = None
+    f1_ci95_high: float | None = None
     eval_rows: int | None = None
     parent: str | None = None  # the artifact this one was derived from
     agreement_with_parent: float | None = None  # share of dev predictions equal to the parent's (CPU)
@@ -87,6 +100,11 @@ class Record:
             raise ValueError(f"record status must be one of {STATUSES}, got {self.status!r}")
         if self.status != "ok" and not self.reason:
             raise ValueError(f"a '{self.status}' record needs a reason ({self.artifact}/{self.target})")
+        for metric in CI_METRICS:
+            low, high = getattr(self, f"{metric}_ci95_low"), getattr(self, f"{metric}_ci95_high")
+            if (low is None) != (high is None) or (low is not None and low > high):
+                raise ValueError(f"{metric}_ci95_low/high must both be set, low <= high, got {low}, {high} "
+                                 f"({self.artifact}/{self.target})")
 
     @classmethod
     def skipped(cls, artifact: str, target: str, reason: str, format: str | None = None,
@@ -119,7 +137,7 @@ class Record:
         return cls(**{**d, "points": points})
 
 
-SUMMARY_FIELDS = ("status", "accuracy", "f1", "agreement_with_parent", "latency_ms_p50", "latency_ms_p99",
+SUMMARY_FIELDS = ("status", "accuracy", "f1", *CI_FIELDS, "agreement_with_parent", "latency_ms_p50", "latency_ms_p99",
                   "throughput_seq_per_s", "dev_stream_seq_per_s",
                   "size_mb", "num_params", "peak_mem_mb", "peak_gpu_mem_mb")
 
@@ -174,8 +192,42 @@ def _pct(v) -> str:
     return "–" if v is None else f"{100 * v:.2f}%"
 
 
+def _pct_ci(r: dict, metric: str) -> str:
+    """The metric in percent with its 95% interval when the record has one, e.g.
+    ``88.65% [86.5–90.7]``; the interval at one decimal, as that is all it resolves."""
+    v, low, high = r.get(metric), r.get(f"{metric}_ci95_low"), r.get(f"{metric}_ci95_high")
+    if v is None or low is None or high is None:
+        return _pct(v)
+    return f"{100 * v:.2f}% [{100 * low:.1f}–{100 * high:.1f}]"
+
+
+def has_metric(records: list[dict], metric: str) -> bool:
+    """True when any record reports `metric` (F1: pair tasks only): its column is shown."""
+    return any(r.get(metric) is not None for r in records)
+
+
+CI_NOTE = ("Brackets: the 95% bootstrap interval of the metric over the dev rows (rows resampled with "
+           "replacement, percentile interval); it does not include training-seed variance.")
+
+
+def _has_ci(r: dict, metric: str) -> bool:
+    """An interval counts only beside its metric (the benchmark blanks accuracy, not more)."""
+    return r.get(metric) is not None and r.get(f"{metric}_ci95_low") is not None
+
+
+def has_interval(records: list[dict]) -> bool:
+    return any(_has_ci(r, m) for r in records for m in CI_METRICS)
+
+
+def metric_header(records: list[dict], metric: str, label: str) -> str:
+    """The column title, saying what the brackets are when any record has an interval."""
+    return f"{label} [95% CI]" if any(_has_ci(r, metric) for r in records) else label
+
+
 def records_table(records: list[dict]) -> str:
-    head = ("| artifact | target | status | format | precision | accuracy | F1 | agreement with parent "
+    f1 = has_metric(records, "f1")  # single-sentence tasks get no empty F1 column
+    head = ("| artifact | target | status | format | precision | " + metric_header(records, "accuracy", "accuracy")
+            + (" | " + metric_header(records, "f1", "F1") if f1 else "") + " | agreement with parent "
             "| p50 ms (1×128) "
             "| p99 ms (1×128) | throughput seq/s (32×128) | dev stream sent/s | size MiB | params | peak RSS MiB "
             "| peak GPU MiB |")
@@ -184,7 +236,7 @@ def records_table(records: list[dict]) -> str:
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
         lines.append("| " + " | ".join([
             r["artifact"], r["target"], status, _fmt(r.get("format")), _fmt(r.get("precision")),
-            _pct(r.get("accuracy")), _pct(r.get("f1")) if r.get("f1") is not None else "–",
+            _pct_ci(r, "accuracy"), *([_pct_ci(r, "f1")] if f1 else []),
             (f"{_pct(r['agreement_with_parent'])} vs {r['parent']}" if r.get("agreement_with_parent") is not None
              else "–"),
             _fmt(r.get("latency_ms_p50")), _fmt(r.get("latency_ms_p99")),
@@ -247,6 +299,8 @@ def render_markdown(report: dict) -> str:
              "Generated by `compress` from the JSON beside this file; do not edit by hand.", ""]
     if report["records"]:
         parts += ["## Results", "", records_table(report["records"]), ""]
+        if has_interval(report["records"]):
+            parts += [CI_NOTE, ""]
     if any(r.get("points") for r in report["records"]):
         parts += ["## Latency points", "", points_table(report["records"]), ""]
     if report.get("details"):

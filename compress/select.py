@@ -5,7 +5,13 @@ rule each one failed:
 
 - `not_measured`: the record is not `ok` on that target (skipped or failed, reason quoted);
 - `no_accuracy`: no accuracy (random-weight references);
-- `accuracy_floor`: accuracy / teacher accuracy (same target) below `accuracy_floor_vs_teacher`;
+- `accuracy_floor`, `f1_floor`: the metric / the teacher's (same target) below
+  `accuracy_floor_vs_teacher`, for each metric of `floor_metrics` (default accuracy and
+  F1) that the teacher's record carries: F1 only exists for pair tasks (MRPC), so on
+  SST-2 only accuracy is checked. `floor_at` says which value of the artifact is compared:
+  `point` (the measured value) or `lower_bound` (the low end of its 95% bootstrap interval,
+  `<metric>_ci95_low`; a record without one is rejected). The teacher's side is always
+  its measured value. No teacher record on the target: nothing to compare with, rejected;
 - `latency_limit`: p50 at the headline point above `max_latency_ms`;
 - `size_cap`: weight files above `max_size_mb`;
 
@@ -31,10 +37,13 @@ from pathlib import Path
 from .config import check
 from .data import sha256_file
 from .io import atomic_dir
+from .report import _pct_ci, has_interval
 from .runners import artifact_dir
 
 TEACHER = "teacher"
 TARGETS = ("cpu", "gpu")
+FLOOR_METRICS = {"accuracy": "accuracy", "f1": "F1"}  # metric -> how reasons name it
+FLOOR_AT = ("point", "lower_bound")
 # rank_by -> (record field, True when higher is better, how the reason names it)
 RANKINGS = {
     "p50_1x128": ("latency_ms_p50", False, "p50 at batch 1, seq 128"),
@@ -45,7 +54,10 @@ RANKINGS = {
 @dataclass(frozen=True)
 class SelectPolicy:
     target: str = "cpu"
-    accuracy_floor_vs_teacher: float = 0.985  # accuracy / teacher accuracy on the same target
+    accuracy_floor_vs_teacher: float = 0.985  # metric / teacher's metric on the same target
+    # the floor applies to each of these the teacher's record has (F1: pair tasks only)
+    floor_metrics: list[str] = field(default_factory=lambda: ["accuracy", "f1"])
+    floor_at: str = "point"  # point: the measured value | lower_bound: its 95% interval's low end
     max_latency_ms: float | None = None  # p50 at batch 1, seq 128
     max_size_mb: float | None = None  # weight files on disk
     exclude: list[str] = field(default_factory=list)  # artifact names never chosen (e.g. the control)
@@ -54,6 +66,10 @@ class SelectPolicy:
     def __post_init__(self):
         check(self.target in TARGETS, f"target must be one of {', '.join(TARGETS)}, got '{self.target}'")
         check(self.rank_by in RANKINGS, f"rank_by must be one of {', '.join(RANKINGS)}, got '{self.rank_by}'")
+        check(len(self.floor_metrics) > 0 and all(m in FLOOR_METRICS for m in self.floor_metrics),
+              f"floor_metrics must be a non-empty list of {', '.join(FLOOR_METRICS)}, got {self.floor_metrics}")
+        check(len(set(self.floor_metrics)) == len(self.floor_metrics), f"floor_metrics repeat: {self.floor_metrics}")
+        check(self.floor_at in FLOOR_AT, f"floor_at must be one of {', '.join(FLOOR_AT)}, got '{self.floor_at}'")
         check(0 < self.accuracy_floor_vs_teacher <= 1.5,
               f"accuracy_floor_vs_teacher must be in (0, 1.5], got {self.accuracy_floor_vs_teacher}")
         check(self.max_latency_ms is None or self.max_latency_ms > 0,
@@ -75,13 +91,8 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
             rejected.append({"artifact": name, "rule": "not_measured", "detail": f"{r['status']}: {r['reason']}"})
         elif r.get("accuracy") is None:
             rejected.append({"artifact": name, "rule": "no_accuracy", "detail": "no accuracy measured"})
-        elif teacher_acc is None:
-            rejected.append({"artifact": name, "rule": "accuracy_floor",
-                             "detail": f"no teacher accuracy on {policy.target} to compare with"})
-        elif r["accuracy"] / teacher_acc < policy.accuracy_floor_vs_teacher:
-            rejected.append({"artifact": name, "rule": "accuracy_floor",
-                             "detail": f"keeps {r['accuracy'] / teacher_acc:.2%} of the teacher's accuracy "
-                                       f"< {policy.accuracy_floor_vs_teacher:.2%}"})
+        elif (failed := _floor_failure(r, teacher, policy)) is not None:
+            rejected.append({"artifact": name, **failed})
         elif r.get("latency_ms_p50") is None:
             rejected.append({"artifact": name, "rule": "not_measured", "detail": "no p50 at batch 1, seq 128"})
         elif r.get(RANKINGS[policy.rank_by][0]) is None:
@@ -97,7 +108,8 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
             survivors.append(r)
     key, higher_better, label = RANKINGS[policy.rank_by]
     survivors.sort(key=lambda r: (-r[key] if higher_better else r[key], r["size_mb"] or 0, r["artifact"]))
-    out = {"policy": asdict(policy), "teacher_accuracy": teacher_acc, "candidates": len(records),
+    out = {"policy": asdict(policy), "teacher_accuracy": teacher_acc,
+           "teacher_f1": teacher.get("f1") if teacher else None, "candidates": len(records),
            "qualified": [r["artifact"] for r in survivors], "rejected": rejected}
     if not survivors:
         rules = sorted({x["rule"] for x in rejected})
@@ -106,9 +118,11 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
                             f"candidates: {', '.join(rules) or 'no candidates at all'}"])
         return out
     best = survivors[0]
-    reasons = [_rank_reason(best, policy),
-               f"keeps {best['accuracy'] / teacher_acc:.2%} of the teacher's accuracy "
-               f"(floor {policy.accuracy_floor_vs_teacher:.2%})"]
+    reasons = [_rank_reason(best, policy)]
+    for metric, ratio in floor_ratios(best, teacher, policy).items():
+        reasons.append(f"keeps {ratio:.2%} of the teacher's {FLOOR_METRICS[metric]} "
+                       f"(floor {policy.accuracy_floor_vs_teacher:.2%}"
+                       + (", at the interval's lower bound)" if policy.floor_at == "lower_bound" else ")"))
     speedups = {}
     for ref in [r for r in records if r["artifact"] in (TEACHER, *comparison.get("references", []))]:
         if ref["status"] == "ok" and ref.get("latency_ms_p50"):
@@ -122,6 +136,43 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
             f"{runner_up[key]:,.1f} sentences/s" if higher_better else f"{runner_up[key]:.2f} ms"))
     out.update(chosen=best["artifact"], record=best, reasons=reasons, speedup_vs=speedups)
     return out
+
+
+def floor_ratios(r: dict, teacher: dict, policy: SelectPolicy) -> dict[str, float | None]:
+    """{metric: the artifact's value / the teacher's} for each floor metric the teacher's
+    record has; the artifact's value is its point or its interval's low end (floor_at),
+    None when the record lacks it."""
+    out = {}
+    for metric in policy.floor_metrics:
+        t = teacher.get(metric)
+        if t is None:  # the task does not report it (F1 on a single-sentence task): not checked
+            continue
+        v = r.get(metric if policy.floor_at == "point" else f"{metric}_ci95_low")
+        out[metric] = None if v is None else (v / t if t else float("inf"))
+    return out
+
+
+def _at(policy: SelectPolicy) -> str:
+    return " (at the interval's lower bound)" if policy.floor_at == "lower_bound" else ""
+
+
+def _floor_failure(r: dict, teacher: dict | None, policy: SelectPolicy) -> dict | None:
+    """The first floor `r` fails, as {"rule", "detail"}, or None when it keeps them all."""
+    if teacher is None or teacher.get("accuracy") is None:
+        metric = policy.floor_metrics[0]
+        return {"rule": f"{metric}_floor",
+                "detail": f"no teacher {FLOOR_METRICS[metric]} on {policy.target} to compare with"}
+    floor = policy.accuracy_floor_vs_teacher
+    for metric, ratio in floor_ratios(r, teacher, policy).items():
+        label = FLOOR_METRICS[metric]
+        if ratio is None:
+            return {"rule": f"{metric}_floor", "detail": (
+                f"no 95% interval of its {label} (floor_at lower_bound; reports from before intervals: re-measure)"
+                if policy.floor_at == "lower_bound" else f"no {label} measured")}
+        if ratio < floor:
+            return {"rule": f"{metric}_floor",
+                    "detail": f"keeps {ratio:.2%} of the teacher's {label} < {floor:.2%}{_at(policy)}"}
+    return None
 
 
 def _rank_reason(best: dict, policy: SelectPolicy) -> str:
@@ -158,14 +209,19 @@ def model_card(selection: dict, environment: dict) -> str:
                     "{'INFERENCE_PRECISION_HINT': 'bf16' if bf16 else 'f32'})  # or compress.openvino_ir.OpenVinoRunner",
         "tensorrt": "compress.tensorrt_engine.TrtRunner  # same TensorRT version and GPU as the build",
     }.get(r["format"], "see README")
-    acc = f"{r['accuracy']:.2%}" if r.get("accuracy") is not None else "n/a"
+    # the floors the choice was held to: those the teacher has a value for (F1: pair tasks)
+    floored = [m for m in p.get("floor_metrics", ["accuracy"]) if selection.get(f"teacher_{m}") is not None]
+    kept = " and ".join(f"{FLOOR_METRICS[m]} {r[m] / selection[f'teacher_{m}']:.2%}"
+                        for m in ("accuracy", "f1") if r.get(m) is not None and selection.get(f"teacher_{m}"))
     return "\n".join([
         f"# Model card: {r['artifact']}",
         "",
         f"Chosen by the `select` stage for the `{p['target']}` target: "
         + ("highest real-length dev throughput" if p.get("rank_by") == "dev_stream_throughput" else "fastest")
         + " artifact keeping at least "
-        f"{p['accuracy_floor_vs_teacher']:.1%} of the teacher's dev accuracy"
+        f"{p['accuracy_floor_vs_teacher']:.1%} of the teacher's dev "
+        + (" and ".join(FLOOR_METRICS[m] for m in floored) or "accuracy")
+        + (" at the low end of its 95% interval" if p.get("floor_at") == "lower_bound" else "")
         + (f", p50 <= {p['max_latency_ms']} ms" if p.get("max_latency_ms") else "")
         + (f", size <= {p['max_size_mb']} MiB" if p.get("max_size_mb") else "") + ".",
         "",
@@ -176,8 +232,9 @@ def model_card(selection: dict, environment: dict) -> str:
         f"- {r['num_params']:,} parameters, {r['size_mb']:.1f} MiB of weights",
         "",
         "## Metrics (task " + str(r.get("task")) + ", dev split)",
-        f"- accuracy {acc}" + (f", F1 {r['f1']:.2%}" if r.get("f1") is not None else "")
-        + f" ({selection['record']['accuracy'] / selection['teacher_accuracy']:.2%} of the teacher's)",
+        f"- accuracy {_pct_ci(r, 'accuracy')}" + (f", F1 {_pct_ci(r, 'f1')}" if r.get("f1") is not None else "")
+        + (f" ({kept} of the teacher's)" if kept else "")
+        + ("; brackets: 95% bootstrap interval over the dev rows" if has_interval([r]) else ""),
         f"- latency p50 {r['latency_ms_p50']:.2f} ms, p99 {r['latency_ms_p99']:.2f} ms at batch 1, seq 128; "
         f"throughput {r['throughput_seq_per_s']} seq/s at batch 32, seq 128"
         + (f"; {r['dev_stream_seq_per_s']:,.1f} sentences/s over the dev split at real lengths"

@@ -4,15 +4,23 @@ with the rule it failed, and promote the chosen artifact to models/production/."
 from compress.config import section
 from compress.io import atomic_write_json, atomic_write_text
 from compress.report import read_report
-from compress.select import SelectPolicy, promote, select
+from compress.select import FLOOR_METRICS, SelectPolicy, promote, select
 
 from .common import MODELS, REPORTS, run
 
 
 def render(sel: dict) -> str:
     p = sel["policy"]
+    metrics, at = p.get("floor_metrics", ["accuracy"]), p.get("floor_at", "point")
+    # a floor metric the teacher's record lacks (F1 on a single-sentence task) was not checked
+    unchecked = [m for m in metrics if m != "accuracy" and sel.get("teacher_accuracy") is not None
+                 and sel.get(f"teacher_{m}") is None]
     lines = ["# Production selection", "",
-             f"Policy: target `{p['target']}`, accuracy >= {p['accuracy_floor_vs_teacher']:.1%} of the teacher's"
+             f"Policy: target `{p['target']}`, " + " and ".join(FLOOR_METRICS[m] for m in metrics)
+             + f" >= {p['accuracy_floor_vs_teacher']:.1%} of the teacher's (floor_metrics [{', '.join(metrics)}], "
+             + f"floor_at {at}: the artifact's "
+             + ("95% interval low end" if at == "lower_bound" else "measured value") + " over the teacher's"
+             + "".join(f"; {FLOOR_METRICS[m]} not checked, the task does not report it" for m in unchecked) + ")"
              + (f", p50 <= {p['max_latency_ms']} ms" if p["max_latency_ms"] else "")
              + (f", size <= {p['max_size_mb']} MiB" if p["max_size_mb"] else "")
              + ("; the qualifying artifact with the highest dev-split throughput at real lengths wins "
@@ -39,6 +47,9 @@ def main(params: dict) -> None:
     # dvc metrics read numbers: the headline of the choice, flat
     rec = sel["record"] or {}
     sel["summary"] = {"chosen": sel["chosen"], "accuracy": rec.get("accuracy"),
+                      # the intervals and F1 where the task has them (dvc metrics read numbers, not nulls)
+                      **{k: rec[k] for k in ("accuracy_ci95_low", "accuracy_ci95_high", "f1", "f1_ci95_low",
+                                             "f1_ci95_high") if rec.get(k) is not None},
                       "latency_ms_p50": rec.get("latency_ms_p50"), "size_mb": rec.get("size_mb"),
                       "dev_stream_seq_per_s": rec.get("dev_stream_seq_per_s"),
                       **{f"speedup_vs_{k}": v for k, v in sel["speedup_vs"].items()}}

@@ -192,3 +192,56 @@ def test_sweep_plot_columns_come_from_dvc_yaml():
     assert cols[:2] == ["bert_base_reference", "teacher"]
     assert {"student_bf16", "student_ov_int8", "student_pruned_ov_bf16", "student_onnx_int8"} <= set(cols)
     assert len(cols) == len(set(cols))
+
+
+def _with_intervals(reports: list[dict], pair_task: bool) -> list[dict]:
+    """The fixture stage reports as a run with intervals would write them; pair_task: MRPC-like,
+    with F1 and its interval too."""
+    for rep in reports:
+        for r in rep["records"]:
+            if r["status"] == "ok":
+                r.update(accuracy_ci95_low=round(r["accuracy"] - 0.021, 6),
+                         accuracy_ci95_high=round(r["accuracy"] + 0.02, 6))
+                if pair_task:
+                    r.update(f1=round(r["accuracy"] + 0.03, 6), f1_ci95_low=round(r["accuracy"] + 0.01, 6),
+                             f1_ci95_high=round(r["accuracy"] + 0.05, 6))
+    return reports
+
+
+def _bench_with_warmup_intervals() -> dict:
+    """The benchmark blanks accuracy (a few warm-up rows); intervals from those rows must not
+    reach the comparison, neither over the stage's nor on the reference rows."""
+    bench = read_report(FIXTURES / "benchmark.json")
+    for r in bench["records"]:
+        if r["status"] == "ok":
+            r.update(accuracy_ci95_low=0.1, accuracy_ci95_high=0.2)
+    return bench
+
+
+def test_intervals_travel_from_the_stage_and_render_with_f1_for_pair_tasks():
+    stages = _with_intervals([read_report(FIXTURES / f"{s}.json") for s in STAGES], pair_task=True)
+    comp = C.build(stages, _bench_with_warmup_intervals())
+    row = next(x for x in C.table_rows(comp, "cpu") if x["artifact"] == "student_onnx_int8")
+    assert (row["accuracy_ci95_low"], row["accuracy_ci95_high"]) == (0.8723, 0.9133)  # the stage's, not 0.1-0.2
+    assert (row["f1"], row["f1_ci95_low"], row["f1_ci95_high"]) == (0.9233, 0.9033, 0.9433)
+    ref = next(r for r in comp["records"] if r["artifact"] == "bert_base_reference" and r["target"] == "cpu")
+    assert ref["accuracy_ci95_low"] is None and ref["accuracy_ci95_high"] is None
+    md = C.render_markdown(comp)
+    assert "| accuracy [95% CI] | Δ vs teacher (points) | F1 [95% CI] | p50 ms |" in md
+    assert "| 89.33% [87.2–91.3] | -0.23 | 92.33% [90.3–94.3] |" in md
+    assert "| n/a (random weights) | – | – |" in md  # the reference: no accuracy, no F1
+    assert "95% bootstrap interval" in md and "95% bootstrap interval" in C.readme_table(comp)
+    page = render_html(comp)
+    assert "<th>F1 [95% CI]</th>" in page and "<td>92.33% [90.3–94.3]</td>" in page
+    assert "<td>89.33% [87.2–91.3]</td>" in page and "vertical bars are the accuracy" in page
+    assert render_html(comp) == page  # error bars keep the page deterministic
+
+
+def test_single_sentence_tasks_get_no_f1_column():
+    stages = _with_intervals([read_report(FIXTURES / f"{s}.json") for s in STAGES], pair_task=False)
+    comp = C.build(stages, _bench_with_warmup_intervals())
+    md = C.render_markdown(comp)
+    assert "| accuracy [95% CI] | Δ vs teacher (points) | p50 ms |" in md and "| F1" not in md
+    assert "| 88.99% [86.9–91.0] | -0.57 |" in md
+    page = render_html(comp)
+    assert ">F1" not in page and "<th>accuracy [95% CI]</th>" in page

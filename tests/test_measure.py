@@ -20,10 +20,12 @@ def test_cpu_record_has_every_field(tiny_model_dir, prepared_sst2):
     # Left empty: GPU memory, F1 (SST-2 has none), the stage (make_report fills it) and the
     # headline figures, which are defined at (1,128) and (32,128), points not measured here.
     # No parent given, so no agreement either.
-    assert unset == {"reason", "peak_gpu_mem_mb", "f1", "stage", "latency_ms_p50", "latency_ms_p90",
+    assert unset == {"reason", "peak_gpu_mem_mb", "f1", "f1_ci95_low", "f1_ci95_high", "stage",
+                     "latency_ms_p50", "latency_ms_p90",
                      "latency_ms_p99", "throughput_seq_per_s", "parent", "agreement_with_parent",
                      "dev_stream_seq_per_s"}  # the benchmark stage asks for it (dev_stream_repeats)
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["eval_rows"] == 8
+    assert 0.0 <= rec["accuracy_ci95_low"] <= rec["accuracy"] <= rec["accuracy_ci95_high"] <= 1.0
     assert rec["threads"] == 2 and rec["num_params"] > 1_000_000 and rec["size_mb"] > 1
     assert len(rec["artifact_sha256"]) == 64 and len(rec["data_sha256"]) == 64
     assert rec["peak_mem_mb"] >= rec["baseline_mem_mb"] > 0
@@ -42,6 +44,9 @@ def test_isolated_measurement_matches_in_process_accuracy(tiny_model_dir, prepar
     (child,) = measure(art, prepared_sst2, cfg)
     (local,) = measure(art, prepared_sst2, dataclasses.replace(cfg, isolate=False))
     assert child["accuracy"] == local["accuracy"]
+    # the bootstrap seed is fixed: the same predictions give the same interval in any process
+    assert (child["accuracy_ci95_low"], child["accuracy_ci95_high"]) == (local["accuracy_ci95_low"],
+                                                                       local["accuracy_ci95_high"])
     assert child["latency_ms_p50"] is not None and child["throughput_seq_per_s"] is None
     assert child["peak_mem_mb"] > 100  # a fresh python with torch loaded
 
@@ -266,3 +271,73 @@ def test_bf16_variant_is_measured_beside_its_parent(tiny_model_dir, prepared_sst
                                         [Artifact("tiny", tiny_model_dir)], prepared_sst2, cfg)
     (rec,) = records
     assert rec["status"] == "ok" and rec["precision"] == "bf16" and rec["agreement_with_parent"] >= 0.75
+
+
+# --- bootstrap confidence intervals of the dev metrics ---------------------------------------
+
+def test_bootstrap_interval_of_certain_and_two_row_cases():
+    """All correct: every resample scores 1, so does the interval. One right, one wrong: a
+    resample of 2 rows scores 0, 1/2 or 1 with chance 1/4, 1/2, 1/4, so the 2.5th and
+    97.5th percentiles are 0 and 1."""
+    from compress.metrics import bootstrap_ci
+
+    labels = np.array([0, 1] * 50)
+    assert bootstrap_ci(labels, labels, "accuracy") == (1.0, 1.0)
+    assert bootstrap_ci(labels, labels, "f1") == (1.0, 1.0)  # 50 positives: no resample lacks one
+    assert bootstrap_ci([1, 0], [1, 1], "accuracy") == (0.0, 1.0)
+    assert bootstrap_ci([0, 0, 0], [1, 1, 1], "f1") == (0.0, 0.0)  # no true positive: F1 0, as in the metric
+
+
+def test_bootstrap_interval_matches_a_direct_computation_with_the_same_rng():
+    from compress.metrics import bootstrap_ci, classification_metrics
+
+    rng = np.random.default_rng(7)
+    labels = rng.integers(0, 2, 300)
+    pred = np.where(rng.random(300) < 0.8, labels, 1 - labels)
+    for metric in ("accuracy", "f1"):
+        direct = np.random.default_rng(3)
+        values = []
+        for _ in range(500):  # resample b: the b-th draw of the generator, one row index at a time
+            idx = direct.integers(0, 300, size=300)
+            values.append(classification_metrics(np.eye(2)[pred[idx]], labels[idx], (metric,))[metric])
+        want = np.percentile(values, [2.5, 97.5])
+        got = bootstrap_ci(pred, labels, metric, n_resamples=500, seed=3)
+        assert got == pytest.approx(tuple(want), abs=1e-6)  # classification_metrics rounds to 6 digits
+
+
+def test_bootstrap_interval_width_and_determinism():
+    """50% accuracy on 400 rows: standard error sqrt(.25/400) = 2.5 points, so the 95%
+    interval is about 50 +- 4.9 points. Same seed, same interval; another seed differs a bit."""
+    from compress.metrics import bootstrap_ci, ci95_fields
+
+    labels = np.array([0, 1] * 200)
+    pred = np.array([0, 1, 1, 0] * 100)  # every other pair wrong: 50% correct
+    low, high = bootstrap_ci(pred, labels, "accuracy")
+    assert low == pytest.approx(0.451, abs=0.01) and high == pytest.approx(0.549, abs=0.01)
+    assert bootstrap_ci(pred, labels, "accuracy") == (low, high)
+    # accuracy on 400 rows lies on a 1/400 grid, so compare seeds on F1, whose values do not
+    assert bootstrap_ci(pred, labels, "f1", seed=1) != bootstrap_ci(pred, labels, "f1", seed=0)
+    narrow = bootstrap_ci(pred, labels, "accuracy", level=0.5)
+    assert low < narrow[0] < narrow[1] < high
+    fields = ci95_fields(pred, labels, ("accuracy", "f1"))
+    assert set(fields) == {"accuracy_ci95_low", "accuracy_ci95_high", "f1_ci95_low", "f1_ci95_high"}
+    assert fields["accuracy_ci95_low"] == round(low, 6)
+    with pytest.raises(ValueError, match="unknown metric 'mcc'"):
+        bootstrap_ci(pred, labels, "mcc")
+    with pytest.raises(ValueError, match="no rows"):
+        bootstrap_ci([], [], "accuracy")
+    with pytest.raises(ValueError, match="one length"):
+        bootstrap_ci([0, 1], [0], "accuracy")
+
+
+def test_bootstrap_memory_chunks_draw_the_same_resamples(monkeypatch):
+    """Resamples are drawn in chunks to bound memory on big splits; the chunking must not
+    change the interval."""
+    import compress.metrics as metrics
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 500)
+    pred = np.where(rng.random(500) < 0.7, labels, 1 - labels)
+    whole = metrics.bootstrap_ci(pred, labels, "f1", n_resamples=300)
+    monkeypatch.setattr(metrics, "_CHUNK_INDICES", 500 * 7)  # 7 resamples per chunk
+    assert metrics.bootstrap_ci(pred, labels, "f1", n_resamples=300) == whole

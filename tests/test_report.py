@@ -66,3 +66,38 @@ def test_comparison_keeps_one_record_per_artifact_and_target():
     required = {"artifact", "target", "status", "reason", "accuracy", "latency_ms_p50",
                 "throughput_seq_per_s", "size_mb", "peak_mem_mb"}
     assert all(required <= set(r) for r in comp["records"])
+
+
+def test_intervals_are_rendered_and_f1_only_for_pair_tasks():
+    """A pair task (F1 set) gets an F1 column with its interval; a single-sentence task none."""
+    sst2 = ok_record(acc=0.8865).to_dict() | {"accuracy_ci95_low": 0.865, "accuracy_ci95_high": 0.907}
+    md = render_markdown(make_report("teacher", [sst2], ENV))
+    assert "| accuracy [95% CI] | agreement with parent |" in md and "| F1" not in md
+    assert "| teacher | cpu | ok | – | – | 88.65% [86.5–90.7] | – |" in md
+    assert "95% bootstrap interval" in md
+    mrpc = sst2 | {"f1": 0.9012, "f1_ci95_low": 0.8801, "f1_ci95_high": 0.9203}
+    md = render_markdown(make_report("teacher", [mrpc, Record.skipped("teacher", "gpu", "no CUDA").to_dict()], ENV))
+    assert "| accuracy [95% CI] | F1 [95% CI] | agreement with parent |" in md
+    assert "| 88.65% [86.5–90.7] | 90.12% [88.0–92.0] | – |" in md
+    assert "| teacher | gpu | skipped: no CUDA | – | – | – | – | – |" in md  # the row keeps the column count
+    assert make_report("teacher", [mrpc], ENV)["summary"]["teacher"]["cpu"]["f1_ci95_high"] == 0.9203  # dvc metrics
+    # an interval without its metric (the benchmark blanks accuracy only) is not announced
+    md = render_markdown(make_report("benchmark", [sst2 | {"accuracy": None}], ENV))
+    assert "[95% CI]" not in md and "bootstrap" not in md
+    # a report written before intervals existed: plain percentages, no bracket note
+    md = render_markdown(make_report("teacher", [ok_record().to_dict()], ENV))
+    assert "| accuracy | agreement" in md and "[95% CI]" not in md and "bootstrap" not in md
+
+
+def test_interval_fields_are_checked_and_old_reports_still_load(tmp_path):
+    with pytest.raises(ValueError, match="f1_ci95_low/high must both be set"):
+        Record(artifact="a", target="cpu", status="ok", f1=0.9, f1_ci95_low=0.88)
+    with pytest.raises(ValueError, match="accuracy_ci95_low/high must both be set, low <= high"):
+        Record(artifact="a", target="cpu", status="ok", accuracy_ci95_low=0.9, accuracy_ci95_high=0.8)
+    old = make_report("teacher", [ok_record().to_dict()], ENV)
+    for r in old["records"]:
+        for f in ("accuracy_ci95_low", "accuracy_ci95_high", "f1_ci95_low", "f1_ci95_high"):
+            del r[f]
+    (tmp_path / "teacher.json").write_text(json.dumps(old))
+    (rec,) = read_report(tmp_path / "teacher.json")["records"]
+    assert Record.from_dict(rec).accuracy_ci95_low is None

@@ -165,3 +165,97 @@ def test_rank_by_dev_stream_throughput_picks_the_highest_real_length_throughput(
             "detail": "no dev-split throughput at real lengths (rank_by dev_stream_throughput)"} in sel["rejected"]
     with pytest.raises(ConfigError, match="rank_by must be one of p50_1x128, dev_stream_throughput"):
         build(SelectPolicy, {"rank_by": "p99"}, "select")
+
+
+# --- floors on accuracy and F1, at the point or the interval's lower bound -------------------
+
+def pair_rec(name, acc, f1, p50, acc_low=None, f1_low=None):
+    """An MRPC-like record: accuracy and F1, with their intervals' low ends when given."""
+    r = {**rec(name, acc, p50), "task": "mrpc", "f1": f1}
+    if acc_low is not None:
+        r.update(accuracy_ci95_low=acc_low, accuracy_ci95_high=acc + 0.02)
+    if f1_low is not None:
+        r.update(f1_ci95_low=f1_low, f1_ci95_high=f1 + 0.02)
+    return r
+
+
+MRPC = {"environment": ENV, "records": [
+    pair_rec("teacher", 0.86, 0.90, 20.0, acc_low=0.85, f1_low=0.89),
+    pair_rec("good_acc_low_f1", 0.855, 0.85, 2.0, acc_low=0.85, f1_low=0.84),  # 99.4% acc, 94.4% F1
+    pair_rec("wide_interval", 0.86, 0.90, 3.0, acc_low=0.83, f1_low=0.89),  # 96.5% acc at its low end
+    pair_rec("steady", 0.86, 0.90, 4.0, acc_low=0.85, f1_low=0.89),
+]}
+
+
+def test_f1_floor_rejects_good_accuracy_with_low_f1():
+    sel = select(MRPC, SelectPolicy())
+    assert sel["chosen"] == "wide_interval"
+    assert {"artifact": "good_acc_low_f1", "rule": "f1_floor",
+            "detail": "keeps 94.44% of the teacher's F1 < 98.50%"} in sel["rejected"]
+    # the reasons list every floor the choice keeps
+    assert "keeps 100.00% of the teacher's accuracy (floor 98.50%)" in sel["reasons"]
+    assert "keeps 100.00% of the teacher's F1 (floor 98.50%)" in sel["reasons"]
+    assert sel["teacher_f1"] == 0.90
+    # accuracy only: the low F1 no longer counts
+    sel = select(MRPC, SelectPolicy(floor_metrics=["accuracy"]))
+    assert sel["chosen"] == "good_acc_low_f1" and not any("F1" in r for r in sel["reasons"])
+
+
+def test_lower_bound_floor_rejects_what_the_point_floor_accepts():
+    policy = SelectPolicy(floor_at="lower_bound", accuracy_floor_vs_teacher=0.97)
+    sel = select(MRPC, policy)
+    assert sel["chosen"] == "steady"
+    rejected = {r["artifact"]: r for r in sel["rejected"]}
+    assert rejected["wide_interval"] == {
+        "artifact": "wide_interval", "rule": "accuracy_floor",
+        "detail": "keeps 96.51% of the teacher's accuracy < 97.00% (at the interval's lower bound)"}
+    assert rejected["good_acc_low_f1"]["rule"] == "f1_floor"
+    assert "(at the interval's lower bound)" in rejected["good_acc_low_f1"]["detail"]
+    assert "keeps 98.84% of the teacher's accuracy (floor 97.00%, at the interval's lower bound)" in sel["reasons"]
+    # a record without an interval (a report from before intervals) cannot be judged at its lower bound
+    comp = {**MRPC, "records": MRPC["records"] + [pair_rec("no_interval", 0.86, 0.90, 1.0)]}
+    rejected = {r["artifact"]: r for r in select(comp, policy)["rejected"]}
+    assert rejected["no_interval"]["rule"] == "accuracy_floor"
+    assert "no 95% interval of its accuracy" in rejected["no_interval"]["detail"]
+    assert select(comp, SelectPolicy())["chosen"] == "no_interval"  # at the point it qualifies
+
+
+def test_f1_is_not_checked_where_the_task_has_none():
+    """SST-2 records carry no F1: the default floor_metrics [accuracy, f1] checks accuracy only,
+    exactly as before F1 floors existed."""
+    both = select(COMPARISON, SelectPolicy(exclude=["student_control"]))
+    accuracy_only = select(COMPARISON, SelectPolicy(exclude=["student_control"], floor_metrics=["accuracy"]))
+    without_policy = [{k: v for k, v in x.items() if k != "policy"} for x in (both, accuracy_only)]
+    assert without_policy[0] == without_policy[1]
+    assert {"artifact": "fast_but_bad", "rule": "accuracy_floor",
+            "detail": "keeps 88.89% of the teacher's accuracy < 98.50%"} in both["rejected"]  # as it always read
+    sel = select(COMPARISON, SelectPolicy(floor_metrics=["f1"], accuracy_floor_vs_teacher=0.5))
+    assert sel["chosen"] == "fast_but_bad"  # no F1 anywhere: no floor applies
+
+
+def test_selection_markdown_and_model_card_name_the_floors():
+    from compress.select import model_card
+    from pipelines.select import render
+
+    sel = select(MRPC, SelectPolicy(floor_at="lower_bound", accuracy_floor_vs_teacher=0.97))
+    md = render(sel)
+    assert ("accuracy and F1 >= 97.0% of the teacher's (floor_metrics [accuracy, f1], floor_at lower_bound: "
+            "the artifact's 95% interval low end over the teacher's)") in md
+    card = model_card(sel, ENV)
+    assert "of the teacher's dev accuracy and F1 at the low end of its 95% interval" in card
+    assert "- accuracy 86.00% [85.0–88.0], F1 90.00% [89.0–92.0] (accuracy 100.00% and F1 100.00% of the teacher's" \
+        in card
+    md = render(select(COMPARISON, SelectPolicy()))
+    assert "floor_at point: the artifact's measured value" in md and "F1 not checked, the task does not report it" in md
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"floor_metrics": []}, "floor_metrics must be a non-empty list of accuracy, f1"),
+    ({"floor_metrics": ["mcc"]}, "floor_metrics must be a non-empty list"),
+    ({"floor_metrics": ["f1", "f1"]}, "floor_metrics repeat"),
+    ({"floor_at": "upper_bound"}, "floor_at must be one of point, lower_bound"),
+    ({"floor_metric": ["f1"]}, "Did you mean 'floor_metrics'"),
+])
+def test_floor_params_are_checked(data, message):
+    with pytest.raises(ConfigError, match=message):
+        build(SelectPolicy, data, "select")
