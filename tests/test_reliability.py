@@ -171,7 +171,7 @@ def test_a_full_disk_mid_write_is_a_clear_error_and_keeps_the_previous_output(tm
             raise OSError(errno.ENOSPC, "No space left on device", str(out) + ".tmp/train.jsonl")
         return json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label}) + "\n"
 
-    monkeypatch.setattr(data, "_json_line", fill_disk)
+    monkeypatch.setattr(data, "json_line", fill_disk)
     monkeypatch.setattr("pipelines.common.load_params", lambda: {})
     with pytest.raises(SystemExit) as e:
         run(lambda params: prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out))
