@@ -32,6 +32,7 @@ from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, 
 
 
 def parse_value(value: str):
+    """A command-line value: int, float (YAML 1.1 would read 5e-5 as a string), else YAML."""
     value = value.strip()
     for cast in (int, float):
         try:

@@ -21,8 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import yaml  # noqa: E402
-
+from benchmarks.distill_levers import parse_value  # noqa: E402
 from compress.config import build  # noqa: E402
 from compress.data import PrepareConfig, Prepared, prepare  # noqa: E402
 from compress.teacher import TeacherConfig, build_teacher  # noqa: E402
@@ -32,14 +31,7 @@ def parse_setting(text: str) -> dict:
     out = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
-        value = value.strip()
-        try:
-            out[key.strip()] = int(value)
-        except ValueError:
-            try:
-                out[key.strip()] = float(value)  # YAML 1.1 reads 5e-5 as a string
-            except ValueError:
-                out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = parse_value(value)
     return out
 
 

@@ -176,7 +176,7 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: 
     s, t = student_logits.float(), teacher_logits.float()
     soft = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1),
                     reduction="batchmean", log_target=True) * temperature ** 2
-    if bool((labels < 0).any()):
+    if bool((labels < 0).any()):  # only then: a fully labelled batch keeps today's exact arithmetic
         # augmented rows (label -1) have teacher logits only: the label term averages over
         # the batch with those rows contributing zero, so a row's weight does not depend on
         # how many labelled rows share its batch
@@ -288,7 +288,7 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
                         f"{teacher.config.num_hidden_layers}-layer teacher")
     rows, logits, meta = load_transfer(cache_dir, prepared)
     transfer = encode(tokenizer, rows, meta["max_length"])
-    gold_rows = len(prepared.split("train"))
+    gold_rows = prepared.card["splits"]["train"]["rows"]  # the transfer set starts with them
     # the control learns from the gold labels only: the train split, never augmented rows
     train = transfer if len(rows) == gold_rows else encode(tokenizer, rows[:gold_rows], meta["max_length"])
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)

@@ -44,7 +44,7 @@ def classification_metrics(logits: np.ndarray, labels: np.ndarray, names: tuple[
             tp = int(((pred == 1) & (labels == 1)).sum())
             fp = int(((pred == 1) & (labels == 0)).sum())
             fn = int(((pred == 0) & (labels == 1)).sum())
-            out["f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+            out["f1"] = float(_f1(tp, fp, fn))
         else:
             raise ValueError(f"unknown metric '{name}'")
     return {k: round(v, 6) for k, v in out.items()}

@@ -34,12 +34,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from .io import atomic_write_json, atomic_write_text
+from .metrics import METRICS
 
 SCHEMA_VERSION = 1
 HEADLINE_LATENCY = (1, 128)  # (batch, seq) of the latency_ms_* fields
 HEADLINE_THROUGHPUT = (32, 128)  # (batch, seq) of throughput_seq_per_s
 STATUSES = ("ok", "skipped", "failed")
-CI_METRICS = ("accuracy", "f1")  # the metrics that carry <metric>_ci95_low/_high
+CI_METRICS = METRICS  # the metrics that carry <metric>_ci95_low/_high: every task metric
 CI_FIELDS = tuple(f"{m}_ci95_{end}" for m in CI_METRICS for end in ("low", "high"))
 
 
