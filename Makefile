@@ -7,6 +7,7 @@ export PATH := $(BIN):$(PATH)
 .PHONY: setup repro test clean-venv
 
 setup: $(VENV)/.installed
+	$(BIN)/compress link-sources  # queued experiments (.dvc/tmp/exps) see ../shared like the checkout
 
 # torch first and pinned: the project machines carry its CPU wheel, and a loose
 # requirement would make pip download a multi-GB CUDA build.

@@ -106,6 +106,16 @@ def cmd_predict(args) -> None:
                 print(f"{r['label']}\t{probs}\t{text[:120]}")
 
 
+def cmd_link_sources(args) -> None:
+    from .config import load_params
+    from .experiments import link_source
+
+    source = (load_params(args.params).get("prepare") or {}).get("source", "../shared/data/sst2")
+    link = link_source(source)
+    print(f"{link} -> {link.resolve()}: queued experiments resolve prepare.source '{source}' as the checkout does"
+          if link else f"prepare.source '{source}' needs no link (absolute, Hub or inside the repository)")
+
+
 def cmd_evaluate(args) -> None:
     from .predict import evaluate, load
 
@@ -168,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="cpu", choices=["cpu", "gpu"])
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("link-sources", help="make a relative prepare.source resolve in queued DVC experiments "
+                                            "(`make setup` and the prepare stage do it too)")
+    s.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    s.set_defaults(func=cmd_link_sources)
     return p
 
 

@@ -25,11 +25,11 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import BertForSequenceClassification
 
+from . import distributed
 from .config import check
 from .errors import UserError
 from .augment import UNLABELLED, AugmentConfig, augment, describe
 from .data import Prepared, json_line, read_jsonl
-from .io import atomic_dir
 from .models import load_saved, save_classifier
 from .tokens import Encoded, collate, encode, eval_batches
 from .train import FinetuneConfig, finetune, seed_everything, to_torch
@@ -80,12 +80,15 @@ def make_student(teacher: BertForSequenceClassification, layers: list[int],
 
 @torch.no_grad()
 def teacher_logits(teacher, enc: Encoded, batch_size: int = 128, desc: str = "teacher logits") -> np.ndarray:
-    """fp32 logits (rows, labels) of the teacher on every row, with a progress bar."""
+    """fp32 logits (rows, labels) of the teacher on every row, with a progress bar.
+    Under torchrun each rank runs every world-th batch of the one-process batches (so each
+    row is computed in the same batch as by one process) and all get every row."""
     teacher.eval()
     out = np.zeros((len(enc), teacher.config.num_labels), dtype=np.float32)
-    for idx in tqdm(eval_batches(enc.lengths(), batch_size), desc=desc, unit="batch", mininterval=2.0):
+    batches = distributed.shard(eval_batches(enc.lengths(), batch_size))
+    for idx in tqdm(batches, desc=desc, unit="batch", mininterval=2.0, disable=not distributed.is_main()):
         out[idx] = teacher(**to_torch(collate(enc, idx))).logits.float().numpy()
-    return out
+    return distributed.gather_rows(out)
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, 
     logits.npy (transfer rows x labels, fp32), augmented.jsonl and meta.json into out_dir,
     atomically: the rows and the logits that label them live and die together."""
     cfg.augment.check_task(prepared.task.is_pair, prepared.task.name)
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(distributed.threads(cfg.threads))
     t0 = time.perf_counter()
     teacher, tokenizer = load_saved(teacher_dir)
     train = prepared.split("train")
@@ -124,7 +127,8 @@ def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, 
         meta["augmentation"] = describe(cfg.augment, per_kind, len(train))
         # how the teacher labels each kind: share predicted positive (cross pairs ~ all negative)
         meta["augmentation"]["teacher_positive_share"] = _positive_share(logits[len(train):], per_kind)
-    with atomic_dir(out_dir) as tmp:
+    distributed.barrier()
+    with distributed.output_dir(out_dir) as tmp:  # rank 0 writes
         np.save(tmp / "logits.npy", logits)
         with open(tmp / AUGMENTED, "w", encoding="utf-8") as f:
             f.writelines(json_line(ex) for ex in extra)
@@ -234,7 +238,8 @@ def distill_loss_fn(train: Encoded, cached_logits: np.ndarray, cfg: DistillLossC
     def loss(model, batch, idx):
         out = model(**batch, output_hidden_states=cfg.hidden_mse_weight > 0,
                     output_attentions=cfg.attention_weight > 0)
-        total = kd_loss(out.logits, t_logits[idx], labels[idx], cfg.temperature, cfg.alpha_kd)
+        dev = out.logits.device  # the CPU, or this rank's GPU under torchrun + nccl
+        total = kd_loss(out.logits, t_logits[idx].to(dev), labels[idx].to(dev), cfg.temperature, cfg.alpha_kd)
         if need_teacher:
             with torch.no_grad():
                 t_out = teacher(**batch, output_hidden_states=cfg.hidden_mse_weight > 0,
@@ -312,10 +317,11 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
         for m in (student, teacher):
             m.config._attn_implementation = "eager"
     loss = distill_loss_fn(transfer, logits, cfg.loss, teacher=teacher, layer_map=cfg.student_layers)
-    with atomic_dir(curves_dir) as tmp:
+    with distributed.output_dir(curves_dir) as tmp:  # rank 0 writes; the others only train
         summary["student"] = finetune(student, transfer, dev, cfg.train, task.metrics, tmp,
                                       desc="distill", loss_fn=loss)
-        save_classifier(student, tokenizer, out_dir, list(task.label_names), task=task.name)
+        if distributed.is_main():
+            save_classifier(student, tokenizer, out_dir, list(task.label_names), task=task.name)
     if not train_control:
         return summary
     control = build()
@@ -323,8 +329,9 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
     # transfer set are more steps than epochs over the train split).
     control_train = cfg.train if train is transfer else \
         replace(cfg.train, epochs=None, max_steps=summary["student"]["steps"])
-    with atomic_dir(control_curves_dir) as tmp:
+    with distributed.output_dir(control_curves_dir) as tmp:
         summary["control"] = finetune(control, train, dev, control_train, task.metrics, tmp,
                                       desc="control (labels only)")
-        save_classifier(control, tokenizer, control_dir, list(task.label_names), task=task.name)
+        if distributed.is_main():
+            save_classifier(control, tokenizer, control_dir, list(task.label_names), task=task.name)
     return summary

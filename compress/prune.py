@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from .config import check
 from .data import Prepared
 from .distill import DistillLossConfig, distill_loss_fn, kd_loss, load_transfer, slice_ffn
-from .io import atomic_dir
+from . import distributed
 from .metrics import classification_metrics
 from .models import count_parameters, load_saved, save_classifier
 from .errors import UserError
@@ -240,7 +240,7 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
                          "heads_removed": sum(len(v) for v in spec.values()), "heads_total": layers * heads,
                          "heads_per_layer": heads_per_layer(model), "intermediate_size": inter,
                          "params": count_parameters(model), "dev_before_recovery": dev_metrics()}
-    with atomic_dir(plots_dir) as tmp:
+    with distributed.output_dir(plots_dir) as tmp:  # rank 0 writes; under torchrun the others only recover
         if cfg.recover:
             if cfg.freeze_word_embeddings:
                 model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
@@ -253,6 +253,7 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
             write_one_evaluation(tmp, final)
         head_heatmap(norm, spec, tmp / "head_importance.png")
         write_importance_csv(norm, spec, tmp / "head_importance.csv")
-        save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
+        if distributed.is_main():
+            save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
     summary["after"] = {"dev": dev_metrics()}
     return summary

@@ -6,9 +6,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import distributed
 from .config import check
 from .data import Prepared
-from .io import atomic_dir
 from .models import load_classifier, save_classifier
 from .tokens import encode
 from .train import FinetuneConfig, finetune, predict_logits, seed_everything, write_one_evaluation
@@ -38,7 +38,7 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
     summary = {"source": source, "config": asdict(cfg)}
     # Curves land in place only when the stage's model does: a killed run leaves neither.
-    with atomic_dir(curves_dir) as curves_tmp:
+    with distributed.output_dir(curves_dir) as curves_tmp:  # rank 0 writes; other ranks only train
         if cfg.finetune:
             train = encode(tokenizer, prepared.split("train"), cfg.max_length)
             summary["training"] = finetune(model, train, dev, cfg.train, task.metrics, curves_tmp,
@@ -48,6 +48,7 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
             write_one_evaluation(curves_tmp, final)
             summary["training"] = {"skipped": "teacher.finetune is false: the checkpoint is used as is",
                                    "final_dev": final}
-        save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
+        if distributed.is_main():
+            save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
     summary["stage_build_s"] = round(time.perf_counter() - t0, 1)
     return summary

@@ -4,6 +4,13 @@ AdamW with linear warm-up and decay, gradient clipping, length-grouped batches, 
 bf16 autocast (AMX/AVX512-BF16 CPUs train ~1.4x faster; master weights stay fp32), a seed
 that makes runs repeatable on one machine, a progress bar, and training curves written as
 CSV for `dvc plots`.
+
+Under torchrun (compress.distributed) every rank draws the same global batches and trains
+on its share of each (rows rank, rank + world, ...), DistributedDataParallel all-reduces
+the gradients, and each share's loss is weighted by its rows, so a step sees the same
+global batch, gradient and learning rate as one process. Sharding the one process's own
+length-grouped batches (rather than a DistributedSampler's per-rank batches) is what keeps
+the global batches, and so the curves, those of a single process.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from . import distributed
 from .config import check
 from .metrics import classification_metrics
 from .tokens import Encoded, collate, eval_batches, length_grouped_batches
@@ -39,6 +47,7 @@ class FinetuneConfig:
     max_grad_norm: float = 1.0
     bf16_autocast: bool = True
     eval_every_steps: int = 500  # 0: evaluate only at the end
+    log_every_steps: int = 50  # a train.csv row (mean loss since the last row) every N steps
     seed: int = 42
     threads: int = 2
 
@@ -54,6 +63,7 @@ class FinetuneConfig:
         check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
         check(self.eval_every_steps >= 0, f"eval_every_steps must be >= 0, got {self.eval_every_steps}")
+        check(self.log_every_steps >= 1, f"log_every_steps must be >= 1, got {self.log_every_steps}")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
 
 
@@ -65,7 +75,8 @@ def label_loss(train: Encoded) -> LossFn:
     labels = torch.from_numpy(train.labels)
 
     def loss(model, batch, idx):
-        return torch.nn.functional.cross_entropy(model(**batch).logits.float(), labels[idx])
+        logits = model(**batch).logits.float()
+        return torch.nn.functional.cross_entropy(logits, labels[idx].to(logits.device))
     return loss
 
 
@@ -80,24 +91,32 @@ def to_torch(batch: dict[str, np.ndarray], device: str | torch.device = "cpu") -
 
 
 @torch.no_grad()
-def predict_logits(model, enc: Encoded, batch_size: int = 64) -> np.ndarray:
-    """Logits (rows, labels) in row order, fp32, batches sorted by length."""
+def predict_logits(model, enc: Encoded, batch_size: int = 64, sharded: bool = False) -> np.ndarray:
+    """Logits (rows, labels) in row order, fp32, batches sorted by length.
+
+    `sharded`: every rank of a torchrun job calls this together; each runs every
+    world-th batch (the same batches one process runs) and all get the whole result."""
     was_training = model.training
     model.eval()
+    dev = next(model.parameters()).device
     out = np.zeros((len(enc), model.config.num_labels), dtype=np.float32)
-    for idx in eval_batches(enc.lengths(), batch_size):
-        out[idx] = model(**to_torch(collate(enc, idx))).logits.float().numpy()
+    batches = eval_batches(enc.lengths(), batch_size)
+    for idx in (distributed.shard(batches) if sharded else batches):
+        out[idx] = model(**to_torch(collate(enc, idx), dev)).logits.float().cpu().numpy()
     model.train(was_training)
-    return out
+    return distributed.gather_rows(out) if sharded else out
 
 
 TRAIN_CURVE_FIELDS = ["step", "epoch", "loss", "lr"]
 
 
 class CurveLog:
-    """Append rows to a CSV file that `dvc plots` reads."""
+    """Append rows to a CSV file that `dvc plots` reads (written by rank 0 only)."""
 
     def __init__(self, path: Path, fields: list[str]):
+        if not distributed.is_main():
+            self.log = self.close = lambda **_: None  # the other ranks log nothing
+            return
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "w", newline="", encoding="utf-8")
@@ -130,9 +149,18 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
     """
     if loss_fn is None:
         loss_fn = label_loss(train)
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(distributed.threads(cfg.threads))
     seed_everything(cfg.seed)
-    rng = random.Random(cfg.seed)
+    rng = random.Random(cfg.seed)  # the same global batches on every rank
+    rank, world, device = distributed.rank(), distributed.world(), distributed.device()
+    forward = model
+    if world > 1:
+        model.to(device)
+        # DDP broadcasts rank 0's weights (identical anyway: same seed) and all-reduces
+        # (averages) gradients during backward
+        forward = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+        torch.manual_seed(cfg.seed + rank)  # each rank its own dropout masks
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
     total = cfg.max_steps or max(1, int(round(steps_per_epoch * cfg.epochs)))
     no_decay = ("bias", "LayerNorm.weight")
@@ -149,10 +177,11 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
     model.train()
     step, t0, seen, running = 0, time.perf_counter(), 0, []
     last_eval = {}
-    bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0)
+    bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0,
+               disable=not distributed.is_main())
 
     def evaluate():
-        logits = predict_logits(model, dev)
+        logits = predict_logits(model, dev, sharded=world > 1)
         m = classification_metrics(logits, dev.labels, task_metrics)
         eval_log.log(step=step, epoch=round(step / steps_per_epoch, 4), **m)
         return m
@@ -161,20 +190,30 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
         for idx in length_grouped_batches(lengths, cfg.batch_size, rng):
             if step >= total:
                 break
-            batch = to_torch(collate(train, idx))
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
-                loss = loss_fn(model, batch, idx)
-            loss.backward()
+            if world == 1:
+                local, weight = idx, 1.0
+            else:
+                # this rank's rows of the global batch; DDP averages over ranks, so a
+                # share weighs (its rows / batch rows) x world: the global batch mean
+                local = idx[rank::world]
+                weight = len(local) * world / len(idx)
+                if not len(local):  # a last batch smaller than the world: take part, add nothing
+                    local, weight = idx[:1], 0.0
+            batch = to_torch(collate(train, local), device)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
+                loss = loss_fn(forward, batch, local)
+            (loss * weight if world > 1 else loss).backward()
             torch.nn.utils.clip_grad_norm_([p for _, p in trainable], cfg.max_grad_norm)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
             seen += len(idx)
-            running.append(loss.item())
-            if step % 50 == 0 or step == total:
+            running.append(loss.item() if world == 1 else loss.item() * weight / world)
+            if step % cfg.log_every_steps == 0 or step == total:
+                mean = float(np.mean(running)) if world == 1 else distributed.all_sum(sum(running)) / len(running)
                 train_log.log(step=step, epoch=round(step / steps_per_epoch, 4),
-                              loss=round(float(np.mean(running)), 6), lr=sched.get_last_lr()[0])
+                              loss=round(mean, 6), lr=sched.get_last_lr()[0])
                 running = []
             if cfg.eval_every_steps and step % cfg.eval_every_steps == 0 and step < total:
                 last_eval = evaluate()
@@ -185,8 +224,12 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
     last_eval = evaluate()
     train_log.close()
     eval_log.close()
+    distributed.barrier()  # every rank is done before rank 0 writes anything
     wall = time.perf_counter() - t0
     model.eval()
+    if world > 1:
+        model.to("cpu")  # saved and measured like a single-process model
     return {"steps": step, "epochs": round(step / steps_per_epoch, 4), "train_rows": len(train),
             "sequences_seen": seen, "train_wall_s": round(wall, 1),
-            "train_seq_per_s": round(seen / wall, 1), "final_dev": last_eval}
+            "train_seq_per_s": round(seen / wall, 1), "final_dev": last_eval,
+            **({"ranks": world} if world > 1 else {})}

@@ -4,8 +4,11 @@ from __future__ import annotations
 import errno
 import sys
 from pathlib import Path
+from typing import Callable
 
-from compress.config import load_params
+from compress import distributed
+from compress.config import load_params, section
+from compress.distributed import LaunchConfig
 from compress.errors import UserError
 
 PREPARED = Path("data/prepared")
@@ -24,14 +27,35 @@ WRITE_ERRORS = {
 }
 
 
-def run(stage_main) -> None:
+def launch_checked(params: dict, batch_size: int, key: str) -> bool:
+    """For `run(..., launch=)`: refuse more ranks than rows in a batch (naming `key`)
+    before any process starts; true: the stage trains and may run under torchrun."""
+    section(params, "launch", LaunchConfig).check_batch(batch_size, key)
+    return True
+
+
+def run(stage_main, launch: Callable[[dict], bool] | None = None) -> None:
     """Run a stage's main(params); user errors end the stage with a one-line message.
 
     A full disk or an unwritable output is a user error too: the message names the path
     and the fix. Outputs are written to temporary siblings and moved into place only when
-    complete (compress.io), so what an earlier run built is still there, unchanged."""
+    complete (compress.io), so what an earlier run built is still there, unchanged.
+
+    Training stages pass `launch(params)`, true when the stage trains: with the `launch`
+    section asking for several processes, the stage (started as one process by its
+    one-line dvc.yaml command) restarts itself under torchrun, each rank runs main(params)
+    and rank 0 writes the outputs."""
     try:
-        stage_main(load_params())
+        params = load_params()
+        cfg = section(params, "launch", LaunchConfig) if launch else None
+        if cfg and cfg.world_size > 1 and launch(params) and not distributed.under_torchrun():
+            distributed.relaunch(cfg, sys.modules["__main__"].__spec__.name)
+            return
+        if cfg and distributed.under_torchrun():
+            with distributed.process_group(cfg):
+                stage_main(params)
+        else:
+            stage_main(params)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

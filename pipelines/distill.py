@@ -2,6 +2,7 @@
 control with the same budget, measure both, and the teacher again in the same run."""
 import time
 
+from compress import distributed
 from compress.config import section
 from compress.data import Prepared
 from compress.distill import DistillConfig, distill
@@ -10,7 +11,7 @@ from compress.measure import MeasureConfig, measure_with_reference
 from compress.report import make_report, write_report
 from compress.runners import Artifact
 
-from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, run
+from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
 
 
 def main(params: dict) -> None:
@@ -20,6 +21,8 @@ def main(params: dict) -> None:
     prepared = Prepared.open(PREPARED)
     summary = distill(cfg, MODELS / "teacher", CACHE, prepared, MODELS / "student", PLOTS / "distill",
                       MODELS / "student_control", PLOTS / "distill_control", mcfg.eval_max_length)
+    if not distributed.is_main():
+        return  # rank 0 measures and reports
     # The teacher again, in this run: ratios only compare numbers from one run.
     records, same_run = measure_with_reference(
         [Artifact(name, MODELS / name, parent="teacher") for name in ("student", "student_control")],
@@ -35,5 +38,10 @@ def main(params: dict) -> None:
     print("speedup vs teacher:", summary["speedup_vs_teacher"])
 
 
+def trains(params: dict) -> bool:
+    return launch_checked(params, section(params, "distill", DistillConfig).train.batch_size,
+                          "distill.train.batch_size")
+
+
 if __name__ == "__main__":
-    run(main)
+    run(main, launch=trains)

@@ -2,6 +2,7 @@
 from compress.config import section
 from compress.data import PrepareConfig, prepare
 from compress.env import environment
+from compress.experiments import in_experiment_copy, link_source
 from compress.report import make_report, write_report
 
 from .common import PREPARED, REPORTS, run
@@ -9,6 +10,8 @@ from .common import PREPARED, REPORTS, run
 
 def main(params: dict) -> None:
     cfg = section(params, "prepare", PrepareConfig)
+    if not in_experiment_copy():
+        link_source(cfg.source)  # so queued experiments resolve a relative source as we do
     card = prepare(cfg, PREPARED)
     write_report(make_report("prepare", [], environment(), {"data_card": card}), REPORTS)
     for name, s in card["splits"].items():

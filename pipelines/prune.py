@@ -2,6 +2,7 @@
 recover by distillation, measure it beside the unpruned student in the same run."""
 import time
 
+from compress import distributed
 from compress.config import section
 from compress.data import Prepared
 from compress.env import environment
@@ -10,7 +11,7 @@ from compress.prune import PruneConfig, prune_student
 from compress.report import make_report, write_report
 from compress.runners import Artifact
 
-from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, run
+from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
 
 
 def main(params: dict) -> None:
@@ -20,6 +21,8 @@ def main(params: dict) -> None:
     prepared = Prepared.open(PREPARED)
     summary = prune_student(cfg, MODELS / "student", CACHE, prepared, MODELS / "student_pruned",
                             PLOTS / "prune", mcfg.eval_max_length)
+    if not distributed.is_main():
+        return  # rank 0 measures and reports
     records, same_run = measure_with_reference(
         [Artifact("student_pruned", MODELS / "student_pruned", parent="student")],
         [Artifact("student", MODELS / "student")], PREPARED, mcfg)
@@ -36,5 +39,11 @@ def main(params: dict) -> None:
     print("speedup vs student:", summary["speedup_vs_student"])
 
 
+def trains(params: dict) -> bool:
+    """Several processes only for the recovery distillation (scoring heads is one pass)."""
+    cfg = section(params, "prune", PruneConfig)
+    return cfg.recover and launch_checked(params, cfg.recovery.batch_size, "prune.recovery.batch_size")
+
+
 if __name__ == "__main__":
-    run(main)
+    run(main, launch=trains)

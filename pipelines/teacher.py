@@ -1,6 +1,7 @@
 """Stage `teacher`: fine-tune the teacher, save it, measure it on every target."""
 import time
 
+from compress import distributed
 from compress.config import section
 from compress.data import Prepared
 from compress.env import environment
@@ -9,7 +10,7 @@ from compress.report import make_report, write_report
 from compress.runners import Artifact
 from compress.teacher import TeacherConfig, build_teacher
 
-from .common import MODELS, PLOTS, PREPARED, REPORTS, run
+from .common import MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
 
 
 def main(params: dict) -> None:
@@ -18,6 +19,8 @@ def main(params: dict) -> None:
     mcfg = section(params, "measure", MeasureConfig)
     prepared = Prepared.open(PREPARED)
     summary = build_teacher(cfg, prepared, MODELS / "teacher", PLOTS / "teacher", mcfg.eval_max_length)
+    if not distributed.is_main():
+        return  # rank 0 measures and reports
     records, _ = measure_with_reference([Artifact("teacher", MODELS / "teacher")], [], PREPARED, mcfg)
     summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
     report = make_report("teacher", records, environment(mcfg.threads), summary)
@@ -27,5 +30,10 @@ def main(params: dict) -> None:
               f"p50={r['latency_ms_p50']} ms {r['reason'] or ''}")
 
 
+def trains(params: dict) -> bool:
+    cfg = section(params, "teacher", TeacherConfig)
+    return cfg.finetune and launch_checked(params, cfg.train.batch_size, "teacher.train.batch_size")
+
+
 if __name__ == "__main__":
-    run(main)
+    run(main, launch=trains)

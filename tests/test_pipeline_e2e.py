@@ -26,8 +26,14 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
     return {
         "prepare": {"task": task, "source": str(SHARED_DATA / task), "max_train_rows": train_rows,
                     "max_dev_rows": 64},
-        "teacher": {"train": {"epochs": 1.0, "eval_every_steps": 4}},
-        "distill": {"train": {"epochs": 1.0, "eval_every_steps": 4}},
+        # The task presets (by_task) win over the section: shrink them too, or the MRPC
+        # recipe's 575 teacher steps and 4x augmentation run on the tiny slice.
+        "teacher": {"train": {"epochs": 1.0, "eval_every_steps": 4},
+                    "by_task": {"mrpc": {"max_length": 128, "train": {"epochs": 1.0, "max_steps": None}}}},
+        "teacher_logits": {"by_task": {"mrpc": {"max_length": 128, "augment": {
+            "kinds": ["swap", "cross_pair", "word_drop"], "size": 0.5}}}},
+        "distill": {"train": {"epochs": 1.0, "eval_every_steps": 4},
+                    "by_task": {"mrpc": {"train": {"epochs": 1.0, "max_steps": None}}}},
         "prune": {"importance_rows": 64, "recover": True, "recovery": {"epochs": 1.0, "eval_every_steps": 4}},
         # a 1-epoch student on 64 dev rows may miss the 1% goal: keep the best trial then
         "inc": {"calibration_rows": 32, "max_trials": 2, "on_miss": "best"},
@@ -194,6 +200,11 @@ def test_mrpc_sentence_pairs_flow_through_distill_and_prune(tmp_path):
         rec = next(r for r in report["records"] if r["artifact"] == artifact and r["target"] == "cpu")
         assert rec["task"] == "mrpc" and rec["status"] == "ok"
         assert 0 <= rec["f1"] <= 1 and 0 <= rec["accuracy"] <= 1  # MRPC reports F1 too
+    # the shrunk preset ran (1 epoch of 128 pairs at batch 32), not the full MRPC recipe
+    assert json.loads((repo / "reports/teacher.json").read_text())["details"]["training"]["steps"] == 4
+    meta = json.loads((repo / "data/teacher_logits/meta.json").read_text())
+    assert meta["max_length"] == 128 and meta["augmentation"]["augmented_rows"] == 64
+    assert meta["rows"] == 128 + 64  # gold pairs, then the augmented ones the teacher labelled
 
 
 def test_bert_base_geometry_flows_through_prepare_and_teacher(tmp_path):
