@@ -29,6 +29,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from . import distributed
 from .config import check
+from .env import bf16_unavailable
 from .metrics import classification_metrics
 from .tokens import Encoded, collate, eval_batches, length_grouped_batches
 
@@ -45,6 +46,9 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.06
     max_grad_norm: float = 1.0
+    # bf16 autocast where the CPU computes bf16 natively (AMX-BF16 / AVX512-BF16); on other
+    # CPUs bf16 is emulated (~25x slower than fp32 on an AVX2 EPYC): training runs in fp32
+    # there and the summary says why
     bf16_autocast: bool = True
     eval_every_steps: int = 500  # 0: evaluate only at the end
     log_every_steps: int = 50  # a train.csv row (mean loss since the last row) every N steps
@@ -173,6 +177,11 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup_ratio * total), total)
     train_log = CurveLog(curves_dir / "train.csv", TRAIN_CURVE_FIELDS)
     eval_log = CurveLog(curves_dir / "eval.csv", ["step", "epoch", *task_metrics])
+    bf16 = cfg.bf16_autocast
+    no_bf16 = bf16_unavailable() if bf16 and device.type == "cpu" else None
+    if no_bf16:
+        bf16 = False
+        print(f"{desc}: training in fp32, not bf16 autocast: {no_bf16}", flush=True)
     lengths = train.lengths()
     model.train()
     step, t0, seen, running = 0, time.perf_counter(), 0, []
@@ -200,7 +209,7 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
                 if not len(local):  # a last batch smaller than the world: take part, add nothing
                     local, weight = idx[:1], 0.0
             batch = to_torch(collate(train, local), device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16_autocast):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                 loss = loss_fn(forward, batch, local)
             (loss * weight if world > 1 else loss).backward()
             torch.nn.utils.clip_grad_norm_([p for _, p in trainable], cfg.max_grad_norm)
@@ -232,4 +241,5 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
     return {"steps": step, "epochs": round(step / steps_per_epoch, 4), "train_rows": len(train),
             "sequences_seen": seen, "train_wall_s": round(wall, 1),
             "train_seq_per_s": round(seen / wall, 1), "final_dev": last_eval,
-            **({"ranks": world} if world > 1 else {})}
+            **({"ranks": world} if world > 1 else {}),
+            **({"bf16_autocast": f"off: {no_bf16}"} if no_bf16 else {})}

@@ -209,3 +209,50 @@ def test_too_many_ranks_refused_before_any_process_starts(shared_inputs, tmp_pat
     proc = _stage(work, "distill", timeout=120)
     assert proc.returncode == 2 and "exceed distill.train.batch_size = 16" in proc.stderr
     assert "launch:" not in proc.stdout  # refused before torchrun started anything
+
+
+def test_queued_experiments_run_in_parallel_with_a_relative_source(tmp_path):
+    """`dvc exp run --queue` twice, `dvc queue start --jobs 2`: both experiments finish in
+    their .dvc/tmp/exps copies with the default-style relative source (../shared/...)."""
+    import json
+
+    from conftest import SST2_ROWS, write_tsv
+    from test_pipeline_e2e import _copy_repo, _dvc, _env
+
+    data = tmp_path / "shared" / "data" / "sst2"
+    write_tsv(data / "train.tsv", ["sentence", "label"], SST2_ROWS * 4)
+    write_tsv(data / "dev.tsv", ["sentence", "label"], SST2_ROWS)
+    repo = _copy_repo(tmp_path / "repo", {
+        "prepare": {"source": "../shared/data/sst2"},
+        "teacher": {"model": "random:tiny", "train": {"epochs": 1.0, "batch_size": 16, "eval_every_steps": 0}},
+        "measure": TINY_MEASURE,
+    })
+    env = _env()
+    run = lambda *cmd: subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True, text=True)
+    run(sys.executable, "-m", "compress.cli", "link-sources")
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "tiny")
+    for lr in ("1e-4", "3e-4"):
+        _dvc(repo, "exp", "run", "--queue", "-S", f"teacher.train.lr={lr}", "teacher")
+    _dvc(repo, "queue", "start", "--jobs", "2")
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            status = _dvc(repo, "queue", "status").stdout
+            if "Queued" not in status and "Running" not in status:
+                break
+            assert time.monotonic() < deadline, f"the queue did not finish:\n{status}"
+            time.sleep(2)
+    finally:
+        subprocess.run(["dvc", "queue", "stop", "--kill"], cwd=repo, env=env, capture_output=True)
+    assert status.count("Success") == 2, status
+    rows = json.loads(_dvc(repo, "exp", "show", "--json").stdout)
+    exps = [e for r in rows for e in (r.get("experiments") or [])]
+    assert len(exps) == 2
+    lrs, accs = set(), []
+    for e in exps:
+        data_ = e["revs"][0]["data"]
+        lrs.add(data_["params"]["params.yaml"]["data"]["teacher"]["train"]["lr"])
+        teacher = data_["metrics"]["reports/teacher.json"]["data"]
+        accs.append(teacher["summary"]["teacher"]["cpu"]["accuracy"])
+    assert lrs == {1e-4, 3e-4} and all(0 <= a <= 1 for a in accs)

@@ -91,3 +91,24 @@ def test_step_based_schedule_runs_exactly_max_steps_across_epochs(tmp_path, prep
     assert summary["sequences_seen"] == 80
     last = list(csv.DictReader(open(tmp_path / "curves" / "train.csv")))[-1]
     assert last["step"] == "10" and float(last["lr"]) == 0.0  # linear decay reaches zero at max_steps
+
+
+def test_bf16_autocast_falls_back_to_fp32_without_native_bf16(tmp_path, prepared_sst2, monkeypatch):
+    """On a CPU without AMX-BF16/AVX512-BF16 autocast would emulate bf16 (~25x slower than
+    fp32 on an AVX2 EPYC): training runs in fp32, bit for bit as with autocast off, and
+    the summary says why."""
+    p, train, dev = _data(prepared_sst2)
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx2 fma")  # act as an AVX2-only CPU
+    weights, summaries = [], []
+    for bf16 in (True, False):
+        model, _ = tiny_model(seed=1)
+        cfg = FinetuneConfig(epochs=1, batch_size=8, lr=1e-3, eval_every_steps=0, seed=7, bf16_autocast=bf16)
+        summaries.append(finetune(model, train, dev, cfg, ("accuracy",), tmp_path / f"c{bf16}"))
+        weights.append(model.state_dict())
+    assert summaries[0]["bf16_autocast"].startswith("off: this CPU has no native bf16")
+    assert "bf16_autocast" not in summaries[1]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx512_bf16")  # a native-bf16 CPU keeps autocast
+    model, _ = tiny_model(seed=1)
+    cfg = FinetuneConfig(epochs=1, batch_size=8, lr=1e-3, eval_every_steps=0, seed=7)
+    assert "bf16_autocast" not in finetune(model, train, dev, cfg, ("accuracy",), tmp_path / "native")
