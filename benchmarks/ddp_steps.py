@@ -42,7 +42,7 @@ def worker(args) -> None:
     teacher = section(params, "teacher", TeacherConfig)
     train_cfg = build(type(teacher.train), {**params["teacher"]["train"], "epochs": None, "max_steps": args.steps,
                                             "eval_every_steps": 0, "threads": args.threads}, "teacher.train")
-    launch = LaunchConfig(nproc_per_node=args.nproc, threads_per_proc=args.threads)
+    launch = LaunchConfig(nproc_per_node=args.world, threads_per_proc=args.threads)
     with distributed.process_group(launch):
         seed_everything(train_cfg.seed)
         model, tok, _ = load_classifier(teacher.model, 2, None, train_cfg.seed)
@@ -56,7 +56,7 @@ def worker(args) -> None:
             wall = time.perf_counter() - t0
         if distributed.is_main():
             Path(args.out).write_text(json.dumps({
-                "processes": args.nproc, "threads_per_process": args.threads,
+                "processes": args.world, "threads_per_process": args.threads,
                 "intra_op_threads_seen": torch.get_num_threads(), "steps": summary["steps"],
                 "global_batch": train_cfg.batch_size, "wall_s": round(wall, 2),
                 "steps_per_s": round(summary["steps"] / wall, 3),
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--source", default=str(REPO.parent / "shared" / "data" / "sst2"))
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--nproc", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--world", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=2, help=argparse.SUPPRESS)
     ap.add_argument("--prepared", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
                 tmp / "prepared")
         for nproc, threads in layouts:
             out = tmp / f"{nproc}x{threads}.json"
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--nproc", str(nproc),
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--world", str(nproc),
                    "--threads", str(threads), "--steps", str(args.steps), "--rows", str(args.rows),
                    "--prepared", str(tmp / "prepared"), "--out", str(out)]
             if nproc > 1:  # torchrun, as the stages run it (a private rendezvous on this machine)
