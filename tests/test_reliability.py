@@ -20,6 +20,7 @@ from compress.benchmark import BenchmarkConfig
 from compress.config import ConfigError, load_params, section
 from compress.data import DataError, PrepareConfig, Prepared, prepare, sha256_file
 from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill
+from compress.distributed import LaunchConfig
 from compress.inc import IncConfig
 from compress.measure import MeasureConfig, latency_points
 from compress.onnx_export import ExportConfig
@@ -32,7 +33,7 @@ from compress.teacher import TeacherConfig
 from compress.tensorrt_engine import EngineConfig
 from conftest import REPO, SST2_ROWS, tiny_model, write_tsv
 
-SECTIONS = {"prepare": PrepareConfig, "teacher": TeacherConfig, "teacher_logits": CacheConfig,
+SECTIONS = {"prepare": PrepareConfig, "launch": LaunchConfig, "teacher": TeacherConfig, "teacher_logits": CacheConfig,
             "distill": DistillConfig, "prune": PruneConfig, "quantize": QuantizeConfig, "inc": IncConfig,
             "export_onnx": ExportConfig, "onnx_int8": OrtQuantConfig, "openvino": OpenVinoConfig,
             "tensorrt": EngineConfig,
@@ -70,6 +71,8 @@ def _override(params: dict, dotted: str, value) -> dict:
     ("select.target", "tpu", r"target must be one of cpu, gpu, got 'tpu'"),
     ("benchmark.targets", ["npu"], r"targets must be a non-empty list of cpu, gpu"),
     ("prepare.task", "cola", r"unknown task 'cola'"),
+    ("launch.nproc_per_node", 0, r"launch: nproc_per_node must be >= 1, got 0"),
+    ("launch.backend", "mpi", r"launch: backend must be one of auto, gloo, nccl, got 'mpi'"),
 ])
 def test_bad_params_name_the_key(key, value, message):
     params = _override(load_params(REPO / "params.yaml"), key, value)
