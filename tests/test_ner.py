@@ -86,3 +86,41 @@ def test_real_conll2003_dev_card():
     assert card["sentences"] == 3250 and card["tokens"] > 50_000
     assert set(card["entities"]) == {"PER", "ORG", "LOC", "MISC"} and min(card["entities"].values()) > 500
     assert len(TAGS) == 9
+
+
+def test_token_kd_loss_scores_first_pieces_only():
+    import torch
+
+    _, tok = tiny_model()
+    sents = [Sentence(("Huggingface", "rejects", "Blackburn"), _ids("B-ORG", "O", "B-PER")),
+             Sentence(("EU",), _ids("B-ORG"))]
+    from compress.ner import collate_tokens, encode_sentences, first_piece_logits, token_kd_loss
+
+    enc = encode_sentences(tok, sents, 64)
+    batch, labels = collate_tokens(enc, [0, 1])
+    labels = torch.from_numpy(labels)
+    assert int((labels != IGNORE).sum()) == 4  # one scored position per word
+    student = torch.randn(*labels.shape, len(TAGS))
+    teacher = student.clone()
+    # the student equal to the teacher on scored positions: no soft loss, whatever elsewhere
+    teacher[labels == IGNORE] += 5.0
+    loss_soft = token_kd_loss(student, first_piece_logits(teacher, labels), labels, 2.0, 1.0)
+    assert abs(float(loss_soft)) < 1e-5
+    # the hard term is plain CE over the 4 scored positions
+    hard = token_kd_loss(student, first_piece_logits(teacher, labels), labels, 2.0, 0.0)
+    ref = torch.nn.functional.cross_entropy(student[labels != IGNORE], labels[labels != IGNORE])
+    assert torch.allclose(hard, ref)
+
+
+def test_entities_in_raw_text_have_character_spans():
+    from compress.ner import entities_in_text, words_with_spans
+
+    _, tok = tiny_model()
+    text = "Peter Blackburn met the EU, in Brussels."
+    words = words_with_spans(tok, text)
+    assert [w for w, *_ in words] == ["Peter", "Blackburn", "met", "the", "EU", ",", "in", "Brussels", "."]
+    tags = _ids("B-PER", "I-PER", "O", "O", "B-ORG", "O", "O", "B-LOC", "O")
+    found = entities_in_text(text, words, tags)
+    assert found == [{"type": "PER", "start": 0, "end": 15, "text": "Peter Blackburn"},
+                     {"type": "ORG", "start": 24, "end": 26, "text": "EU"},
+                     {"type": "LOC", "start": 31, "end": 39, "text": "Brussels"}]
