@@ -32,7 +32,11 @@ TRAIN = [[f"{s} number {i}", str(i % 2)] for i, s in enumerate(
      "one of the best films", "i hated every minute", "a warm , moving story", "boring and far too long"] * 5)]
 DEV = [["an unexpected delight from start to end", "1"], ["tedious , predictable , forgettable", "0"],
        ["sharp writing and fine acting", "1"], ["a mess of a screenplay", "0"]] * 3
-CFG = OpenVinoConfig(calibration_rows=16, validation_rows=16, parity_shapes=[[1, 8], [3, 24], [2, 40]])
+# accuracy_control never: the module's IRs are the plain PTQ route on every machine. Whether a
+# random tiny model loses more than 1% on 16 rows after PTQ depends on the CPU's kernels (it did
+# on CI's), and the accuracy-controlled route has its own test below.
+CFG = OpenVinoConfig(calibration_rows=16, validation_rows=16, parity_shapes=[[1, 8], [3, 24], [2, 40]],
+                     accuracy_control="never")
 
 
 def ragged(rows: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
