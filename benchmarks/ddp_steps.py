@@ -36,7 +36,8 @@ def worker(args) -> None:
     from compress.models import load_classifier
     from compress.teacher import TeacherConfig
     from compress.tokens import encode
-    from compress.train import finetune, seed_everything
+    from compress.data import get_task
+from compress.train import finetune, seed_everything
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     teacher = section(params, "teacher", TeacherConfig)
@@ -52,7 +53,7 @@ def worker(args) -> None:
         import torch
         with tempfile.TemporaryDirectory() as curves:
             t0 = time.perf_counter()
-            summary = finetune(model, train, dev, train_cfg, ("accuracy",), Path(curves), desc="steps")
+            summary = finetune(model, train, dev, train_cfg, get_task("sst2"), Path(curves), desc="steps")
             wall = time.perf_counter() - t0
         if distributed.is_main():
             Path(args.out).write_text(json.dumps({

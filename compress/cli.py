@@ -100,6 +100,9 @@ def cmd_predict(args) -> None:
                                 total=total):
             if args.format == "jsonl":
                 print(json.dumps(r, ensure_ascii=False))
+            elif "entities" in r:  # a tagger: one line per text, its entities as TYPE[start:end]=text
+                found = "  ".join(f"{e['type']}[{e['start']}:{e['end']}]={e['text']}" for e in r["entities"])
+                print(f"{found or '(no entities)'}\t{r['text'][:120]}")
             else:
                 probs = " ".join(f"{k}={v:.3f}" for k, v in r["probabilities"].items())
                 text = r["text"] if isinstance(r["text"], str) else " ||| ".join(r["text"])
@@ -136,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("validate-data", help="check a GLUE-format directory for a task")
     s.add_argument("source", help="directory with train.tsv and dev.tsv, or hub:glue/sst2")
-    s.add_argument("--task", default="sst2", help="sst2 or mrpc (default sst2)")
+    s.add_argument("--task", default="sst2", help="sst2, mrpc or conll2003 (default sst2)")
     s.set_defaults(func=cmd_validate_data)
 
     s = sub.add_parser("measure", help="measure accuracy, latency and memory of a model directory")
@@ -159,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "without texts or --file, lines are read from standard input")
     s.add_argument("--file", help="a UTF-8 file with one text (or tab-separated pair) per line")
     s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
-    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's own task, recorded in "
+    s.add_argument("--task", help="sst2, mrpc or conll2003 (default: the artifact's own task, recorded in "
                                   "artifact.json or config.json; a --task that contradicts it is refused)")
     s.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format (default text)")
     s.add_argument("--batch-size", type=int, default=32)
@@ -168,11 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=cmd_predict)
 
-    s = sub.add_parser("evaluate", help="score an artifact on a GLUE-format split with the pipeline's pre-processing")
+    s = sub.add_parser("evaluate", help="score an artifact on a GLUE-format or CoNLL-format split with the pipeline's pre-processing")
     s.add_argument("--data", required=True, help="GLUE-format directory (train.tsv/dev.tsv) or hub:glue/sst2")
-    s.add_argument("--split", default="dev", help="train or dev (default dev)")
+    s.add_argument("--split", default="dev", help="train, dev or test (default dev; test: a CoNLL directory's test.txt, or a GLUE test.tsv with labels)")
     s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
-    s.add_argument("--task", help="sst2 or mrpc (default: the artifact's own task, recorded in "
+    s.add_argument("--task", help="sst2, mrpc or conll2003 (default: the artifact's own task, recorded in "
                                   "artifact.json or config.json; a --task that contradicts it is refused)")
     s.add_argument("--max-length", type=int, default=128)
     s.add_argument("--target", default="cpu", choices=["cpu", "gpu"])

@@ -1,4 +1,4 @@
-"""Tasks and data: read, validate and prepare GLUE classification splits.
+"""Tasks and data: read, validate and prepare GLUE classification and CoNLL tagging splits.
 
 Sources are a local GLUE-format directory (``train.tsv`` and ``dev.tsv``, tab-separated,
 quoting off, UTF-8 with an optional byte-order mark) or a Hugging Face Hub dataset id
@@ -6,6 +6,11 @@ written ``hub:glue/sst2``. Every problem in a local file is reported with the fi
 line number. Prepared splits are JSON lines ``{"text_a", "text_b", "label"}``; the
 tokenizer of each model turns them into tensors later, so one prepared set serves all
 models of a pipeline.
+
+A task's `kind` says what its model predicts: `sequence` (one label per sentence or pair:
+SST-2, MRPC) or `token` (one tag per word: CoNLL-2003 NER, read by compress.ner, prepared
+as JSON lines ``{"words", "tags"}``). Stages never branch on task names: they ask the
+task for its kind and its `primary_metric` (what the comparison and `select` rank by).
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from typing import Iterable, Iterator
 from .config import check
 from .errors import UserError
 from .io import atomic_dir, atomic_write_json
+from .ner import TAG_ID, TAGS, Sentence, card_counts, read_conll
 
 SPLITS = ("train", "dev")
 
@@ -33,11 +39,17 @@ class Task:
     labels: tuple[str, ...]  # label values as written in the file, index = class id
     label_names: tuple[str, ...]
     hub_columns: tuple[str, ...]  # text columns in the Hub's glue config
-    metrics: tuple[str, ...]
+    metrics: tuple[str, ...]  # scalar dev metrics in curves and reports (compress.metrics)
+    kind: str = "sequence"  # sequence: a label per row | token: a tag per word
+    primary_metric: str = "accuracy"  # what the comparison, floors and `select` rank by
 
     @property
     def is_pair(self) -> bool:
         return len(self.text_columns) == 2
+
+    @property
+    def token_level(self) -> bool:
+        return self.kind == "token"
 
     @property
     def num_labels(self) -> int:
@@ -64,6 +76,20 @@ TASKS = {
         label_names=("not_equivalent", "equivalent"),
         hub_columns=("sentence1", "sentence2"),
         metrics=("accuracy", "f1"),
+    ),
+    # Entity-level micro F1 (exact span and type, conlleval), precision, recall and the
+    # tag accuracy of words (compress.ner.entity_metrics)
+    "conll2003": Task(
+        name="conll2003",
+        columns=("token", "tag"),
+        text_columns=("tokens",),
+        label_column="tag",
+        labels=TAGS,
+        label_names=TAGS,
+        hub_columns=("tokens",),
+        metrics=("f1", "precision", "recall", "token_accuracy"),
+        kind="token",
+        primary_metric="f1",
     ),
 }
 
@@ -178,20 +204,55 @@ def read_hub(dataset_id: str, split: str, task: Task, revision: str | None) -> I
         yield Example(texts[0], texts[1] if task.is_pair else None, int(label))
 
 
-def read_split(source: str, split: str, task: Task, revision: str | None = None) -> Iterator[Example]:
-    if split not in SPLITS:
-        raise DataError(f"unknown split '{split}': choose one of {SPLITS}")
+def read_hub_tokens(dataset_id: str, split: str, revision: str | None) -> Iterator[Sentence]:
+    """Sentences from a Hub token-classification dataset with `tokens` and `ner_tags`
+    columns in CoNLL-2003's tag order (e.g. ``eriktks/conll2003``; needs network)."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"hub:{dataset_id} needs the 'datasets' package: pip install 'bert-compress[hub]'") from None
+    hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
+    ds = datasets.load_dataset(dataset_id, split=hub_split, revision=revision)
+    for i, row in enumerate(ds):
+        where = f"hub:{dataset_id}[{hub_split}] row {i}"
+        if "tokens" not in row or "ner_tags" not in row:
+            raise DataError(f"{where}: a token-classification dataset needs 'tokens' and 'ner_tags' columns")
+        tags = [int(t) for t in row["ner_tags"]]
+        if len(tags) != len(row["tokens"]) or any(not 0 <= t < len(TAGS) for t in tags):
+            raise DataError(f"{where}: ner_tags must be one id in 0..{len(TAGS) - 1} per token")
+        if row["tokens"]:
+            yield Sentence(tuple(row["tokens"]), tuple(tags))
+
+
+def read_split(source: str, split: str, task: Task, revision: str | None = None) -> Iterator[Example | Sentence]:
+    if split not in SPLITS + ("test",):
+        raise DataError(f"unknown split '{split}': choose one of {SPLITS + ('test',)}")
+    if task.token_level:
+        if source.startswith("hub:"):
+            return read_hub_tokens(source[4:], split, revision)
+        return read_conll(Path(source) / f"{split}.txt")
     if source.startswith("hub:"):
         return read_hub(source[4:], split, task, revision)
     return read_glue_tsv(Path(source) / f"{split}.tsv", task)
 
 
-def json_line(ex: Example) -> str:
+def json_line(ex: Example | Sentence) -> str:
+    if isinstance(ex, Sentence):
+        return json.dumps({"words": list(ex.words), "tags": [TAGS[t] for t in ex.tags]}, ensure_ascii=False) + "\n"
     return json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label}, ensure_ascii=False) + "\n"
 
 
-def write_split(examples: Iterable[Example], path: Path, max_rows: int | None, seed: int) -> Counter:
-    """Stream examples into a JSON-lines file; returns the label counts written.
+def _count(counts: Counter, ex: Example | Sentence) -> None:
+    """Label counts of a split: rows per label, or words per tag for a tagging task."""
+    if isinstance(ex, Sentence):
+        counts.update(ex.tags)
+    else:
+        counts[ex.label] += 1
+
+
+def write_split(examples: Iterable[Example | Sentence], path: Path, max_rows: int | None, seed: int) -> Counter:
+    """Stream examples into a JSON-lines file; returns the label counts written (words
+    per tag for sentences).
 
     Memory stays bounded whatever the source size: without `max_rows` each row is written
     as it is read; with it, a seeded reservoir sample (Algorithm R) keeps at most
@@ -201,7 +262,7 @@ def write_split(examples: Iterable[Example], path: Path, max_rows: int | None, s
         with open(path, "w", encoding="utf-8") as f:
             for ex in examples:
                 f.write(json_line(ex))
-                counts[ex.label] += 1
+                _count(counts, ex)
         return counts
     rng = random.Random(seed)
     keep: list[tuple[int, Example]] = []
@@ -216,11 +277,20 @@ def write_split(examples: Iterable[Example], path: Path, max_rows: int | None, s
     with open(path, "w", encoding="utf-8") as f:
         for _, ex in keep:
             f.write(json_line(ex))
-            counts[ex.label] += 1
+            _count(counts, ex)
     return counts
 
 
-def read_jsonl(path: str | Path) -> list[Example]:
+def _row(d: dict) -> Example | Sentence:
+    if "words" in d:
+        words, tags = d["words"], d["tags"]
+        if len(words) != len(tags) or not words:
+            raise ValueError(f"{len(words)} words and {len(tags)} tags")
+        return Sentence(tuple(words), tuple(TAG_ID[t] for t in tags))
+    return Example(d["text_a"], d["text_b"], int(d["label"]))
+
+
+def read_jsonl(path: str | Path) -> list[Example | Sentence]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: prepared split not found; run the prepare stage first")
@@ -229,7 +299,7 @@ def read_jsonl(path: str | Path) -> list[Example]:
         for lineno, line in enumerate(f, start=1):
             try:
                 d = json.loads(line)
-                out.append(Example(d["text_a"], d["text_b"], int(d["label"])))
+                out.append(_row(d))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 raise DataError(f"{path}:{lineno}: malformed prepared row ({e})") from None
     return out
@@ -244,10 +314,20 @@ def sha256_file(path: str | Path) -> str:
 
 
 def data_card(task: Task, source: str, counts: dict[str, Counter], files: dict[str, Path]) -> dict:
-    """Rows per split, label balance and content hashes of the prepared files."""
+    """Rows per split, label balance and content hashes of the prepared files; for a
+    tagging task sentences, words and entities per type, and words per tag."""
     card = {"task": task.name, "source": source, "is_pair": task.is_pair,
             "label_names": list(task.label_names), "splits": {}}
+    if task.token_level:
+        card["kind"] = task.kind
     for name, c in counts.items():
+        if task.token_level:
+            stats = card_counts(read_jsonl(files[name]))
+            card["splits"][name] = {"rows": stats["sentences"], "tokens": stats["tokens"],
+                                    "entities": stats["entities"],
+                                    "tag_counts": {t: c.get(i, 0) for i, t in enumerate(TAGS)},
+                                    "sha256": sha256_file(files[name])}
+            continue
         n = sum(c.values())
         card["splits"][name] = {
             "rows": n,
@@ -275,7 +355,7 @@ class Prepared:
         card = json.loads(card_path.read_text(encoding="utf-8"))
         return cls(root, get_task(card["task"]), card)
 
-    def split(self, name: str) -> list[Example]:
+    def split(self, name: str) -> list[Example | Sentence]:
         return read_jsonl(self.root / f"{name}.jsonl")
 
     def sha256(self, name: str) -> str:
@@ -287,7 +367,7 @@ class Prepared:
 @dataclass(frozen=True)
 class PrepareConfig:
     task: str = "sst2"
-    source: str = "../shared/data/sst2"  # GLUE-format directory, or hub:glue/sst2
+    source: str = "../shared/data/sst2"  # GLUE-format directory, CoNLL directory, or hub:glue/sst2
     revision: str | None = None  # Hub dataset revision (commit or tag) to pin
     max_train_rows: int | None = None  # None: all rows; else a seeded random subset
     max_dev_rows: int | None = None
@@ -322,9 +402,10 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path) -> dict:
                 raise DataError(f"{where} has no rows")
             if len(counts[name]) < 2:
                 (only,) = counts[name]
+                unit = "words" if task.token_level else "rows"
                 raise DataError(f"{where} holds only the label '{task.label_names[only]}' "
-                                f"({counts[name][only]} rows): a {task.num_labels}-class task needs every "
-                                "class in both splits; check the file (or the max_*_rows slice)")
+                                f"({counts[name][only]} {unit}): a {task.num_labels}-class task needs more "
+                                "than one class in both splits; check the file (or the max_*_rows slice)")
         card = data_card(task, cfg.source, counts, files)
         card["subsample"] = {"max_train_rows": cfg.max_train_rows, "max_dev_rows": cfg.max_dev_rows,
                              "seed": cfg.seed}

@@ -80,14 +80,15 @@ def make_student(teacher: BertForSequenceClassification, layers: list[int],
 
 @torch.no_grad()
 def teacher_logits(teacher, enc: Encoded, batch_size: int = 128, desc: str = "teacher logits") -> np.ndarray:
-    """fp32 logits (rows, labels) of the teacher on every row, with a progress bar.
+    """fp32 logits (positions, labels) of the teacher on every scored position (a row, or
+    each kept word's first piece; compress.tokens), with a progress bar.
     Under torchrun each rank runs every world-th batch of the one-process batches (so each
     row is computed in the same batch as by one process) and all get every row."""
     teacher.eval()
-    out = np.zeros((len(enc), teacher.config.num_labels), dtype=np.float32)
+    out = np.zeros((len(enc.labels), teacher.config.num_labels), dtype=np.float32)
     batches = distributed.shard(eval_batches(enc.lengths(), batch_size))
     for idx in tqdm(batches, desc=desc, unit="batch", mininterval=2.0, disable=not distributed.is_main()):
-        out[idx] = teacher(**to_torch(collate(enc, idx))).logits.float().numpy()
+        out[enc.positions(idx)] = enc.scored(teacher(**to_torch(collate(enc, idx))).logits.float().numpy(), idx)
     return distributed.gather_rows(out)
 
 
@@ -109,9 +110,18 @@ AUGMENTED = "augmented.jsonl"  # the cache's augmented rows; the transfer set is
 
 def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, cfg: CacheConfig) -> dict:
     """Build the transfer set (the train split, then `cfg.augment`'s new rows) and write
-    logits.npy (transfer rows x labels, fp32), augmented.jsonl and meta.json into out_dir,
-    atomically: the rows and the logits that label them live and die together."""
+    logits.npy (scored positions x labels), augmented.jsonl and meta.json into out_dir,
+    atomically: the rows and the logits that label them live and die together.
+
+    A classifier's cache is fp32, one row per sentence. A tagger's holds one row per word
+    (its first piece; ~200k for CoNLL-2003) in float16, half the size: the rounding error
+    (|logit| < 2048: at most 2^-11 relative) is recorded in meta.json as the largest
+    absolute logit error and the largest change it makes to a position's distillation
+    loss (KL at temperature 2), so the loss it feeds is known to stay exact enough."""
     cfg.augment.check_task(prepared.task.is_pair, prepared.task.name)
+    check(not (prepared.task.token_level and cfg.augment.size > 0),
+          f"teacher_logits.augment makes new sentences for classifiers; task '{prepared.task.name}' tags words: "
+          "set augment.size to 0")
     torch.set_num_threads(distributed.threads(cfg.threads))
     t0 = time.perf_counter()
     teacher, tokenizer = load_saved(teacher_dir)
@@ -119,10 +129,13 @@ def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, 
     extra, per_kind = augment(train, cfg.augment, prepared.task.is_pair)
     enc = encode(tokenizer, train + extra, cfg.max_length)
     logits = teacher_logits(teacher, enc, cfg.batch_size)
-    gold = enc.labels[:len(train)]
-    agree = float((logits[:len(train)].argmax(-1) == gold).mean())
+    n_gold = int(enc.offsets[len(train)])  # scored positions of the train rows (all of them)
+    agree = float((logits[:n_gold].argmax(-1) == enc.labels[:n_gold]).mean())
     meta = {"rows": len(enc), "max_length": cfg.max_length, "data_sha256": prepared.sha256("train"),
             "teacher_train_accuracy": round(agree, 6)}
+    if enc.token_level:
+        meta["positions"] = len(logits)
+        logits, meta["storage"] = _half(logits)
     if cfg.augment.size > 0:  # an unaugmented cache keeps today's meta.json byte for byte
         meta["augmentation"] = describe(cfg.augment, per_kind, len(train))
         # how the teacher labels each kind: share predicted positive (cross pairs ~ all negative)
@@ -135,6 +148,17 @@ def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, 
         # no timing in the cached output: the same inputs must give the same bytes
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return {**meta, "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def _half(logits: np.ndarray, temperature: float = 2.0) -> tuple[np.ndarray, dict]:
+    """float16 logits and what the rounding costs: the largest absolute logit error and
+    the largest per-position KL(teacher_fp32_T || teacher_fp16_T) at `temperature`."""
+    half = logits.astype(np.float16)
+    t32 = torch.from_numpy(logits) / temperature
+    t16 = torch.from_numpy(half.astype(np.float32)) / temperature
+    kl = F.kl_div(F.log_softmax(t16, -1), F.log_softmax(t32, -1), reduction="none", log_target=True).sum(-1)
+    return half, {"dtype": "float16", "max_abs_logit_error": float(np.abs(half - logits).max()) if len(logits) else 0.0,
+                  "max_kl_t2": float(kl.max()) if len(logits) else 0.0}
 
 
 def _positive_share(logits: np.ndarray, per_kind: dict[str, int]) -> dict[str, float | None]:
@@ -165,10 +189,19 @@ def load_transfer(cache_dir: Path, prepared: Prepared) -> tuple[list, np.ndarray
     logits, meta = load_teacher_cache(cache_dir, prepared)
     extra_path = Path(cache_dir) / AUGMENTED
     rows = prepared.split("train") + (read_jsonl(extra_path) if extra_path.is_file() else [])
-    if len(rows) != len(logits):
-        raise UserError(f"{cache_dir}: {len(logits)} cached logits for {len(rows)} transfer rows; "
-                        "rerun the teacher_logits stage")
+    expected = meta.get("positions", len(rows))  # a tagger's cache: one row per scored word
+    if len(rows) != meta["rows"] or len(logits) != expected:
+        raise UserError(f"{cache_dir}: {len(logits)} cached logits for {len(rows)} transfer rows "
+                        f"({expected} expected); rerun the teacher_logits stage")
     return rows, logits, meta
+
+
+def check_positions(enc: Encoded, logits: np.ndarray, cache_dir: Path) -> None:
+    """The cache's logits were computed on these very scored positions (same tokenizer,
+    same truncation)."""
+    if len(enc.labels) != len(logits):
+        raise UserError(f"{cache_dir}: {len(logits)} cached logits for {len(enc.labels)} scored positions of the "
+                        "transfer set; the tokenizer or max_length changed: rerun the teacher_logits stage")
 
 
 # --- losses --------------------------------------------------------------------------------
@@ -239,7 +272,9 @@ def distill_loss_fn(train: Encoded, cached_logits: np.ndarray, cfg: DistillLossC
         out = model(**batch, output_hidden_states=cfg.hidden_mse_weight > 0,
                     output_attentions=cfg.attention_weight > 0)
         dev = out.logits.device  # the CPU, or this rank's GPU under torchrun + nccl
-        total = kd_loss(out.logits, t_logits[idx].to(dev), labels[idx].to(dev), cfg.temperature, cfg.alpha_kd)
+        pos = train.positions(idx)  # the batch's scored positions: its rows, or its words' first pieces
+        total = kd_loss(train.scored(out.logits, idx), t_logits[pos].to(dev), labels[pos].to(dev),
+                        cfg.temperature, cfg.alpha_kd)
         if need_teacher:
             with torch.no_grad():
                 t_out = teacher(**batch, output_hidden_states=cfg.hidden_mse_weight > 0,
@@ -293,6 +328,7 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
                         f"{teacher.config.num_hidden_layers}-layer teacher")
     rows, logits, meta = load_transfer(cache_dir, prepared)
     transfer = encode(tokenizer, rows, meta["max_length"])
+    check_positions(transfer, logits, cache_dir)
     gold_rows = prepared.card["splits"]["train"]["rows"]  # the transfer set starts with them
     # the control learns from the gold labels only: the train split, never augmented rows
     train = transfer if len(rows) == gold_rows else encode(tokenizer, rows[:gold_rows], meta["max_length"])
@@ -318,7 +354,7 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
             m.config._attn_implementation = "eager"
     loss = distill_loss_fn(transfer, logits, cfg.loss, teacher=teacher, layer_map=cfg.student_layers)
     with distributed.output_dir(curves_dir) as tmp:  # rank 0 writes; the others only train
-        summary["student"] = finetune(student, transfer, dev, cfg.train, task.metrics, tmp,
+        summary["student"] = finetune(student, transfer, dev, cfg.train, task, tmp,
                                       desc="distill", loss_fn=loss)
         if distributed.is_main():
             save_classifier(student, tokenizer, out_dir, list(task.label_names), task=task.name)
@@ -330,7 +366,7 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
     control_train = cfg.train if train is transfer else \
         replace(cfg.train, epochs=None, max_steps=summary["student"]["steps"])
     with distributed.output_dir(control_curves_dir) as tmp:
-        summary["control"] = finetune(control, train, dev, control_train, task.metrics, tmp,
+        summary["control"] = finetune(control, train, dev, control_train, task, tmp,
                                       desc="control (labels only)")
         if distributed.is_main():
             save_classifier(control, tokenizer, control_dir, list(task.label_names), task=task.name)

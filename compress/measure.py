@@ -40,7 +40,7 @@ import numpy as np
 
 from .config import check
 from .data import Prepared, sha256_file
-from .metrics import ci95_fields, classification_metrics
+from .metrics import entity_metrics_of, task_ci95, task_metrics
 from .report import HEADLINE_LATENCY, HEADLINE_THROUGHPUT, LatencyPoint, Record
 from .runners import Artifact, cuda_unavailable, skip_reason
 
@@ -243,17 +243,24 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     if gpu_memory is not None:
         gpu_memory.reset()
 
-    # Accuracy: the whole dev split through the runner, same tokenizer as latency below.
+    # Accuracy: the whole dev split through the runner, same tokenizer as latency below;
+    # logits of every scored position (a row, or each kept word's first piece).
+    task = prepared.task
     enc = encode(runner.tokenizer, dev, cfg.eval_max_length)
-    logits = np.zeros((len(enc), runner.num_labels), dtype=np.float32)
+    logits = np.zeros((len(enc.labels), runner.num_labels), dtype=np.float32)
     batches = eval_batches(enc.lengths(), cfg.eval_batch_size)
     for idx in tqdm(batches, desc=f"{artifact.name}/{target} accuracy", unit="batch", leave=False):
-        logits[idx] = runner(collate(enc, idx))
-    metrics = classification_metrics(logits, enc.labels, prepared.task.metrics)
+        logits[enc.positions(idx)] = enc.scored(runner(collate(enc, idx)), idx)
+    metrics = task_metrics(task, enc, logits)
     accuracy_gpu_peak = gpu_memory.peak_mb() if gpu_memory is not None else None
     predictions = logits.argmax(axis=1)
     # 95% bootstrap intervals of every metric the task reports, at a fixed seed (reproducible)
-    intervals = ci95_fields(predictions, enc.labels, prepared.task.metrics) if len(enc) else {}
+    intervals = task_ci95(task, enc, predictions) if len(enc) else {}
+    tagging = {}
+    if enc.token_level:
+        m = entity_metrics_of(enc, predictions)
+        tagging = {"token_accuracy": round(m["token_accuracy"], 6),
+                   "f1_per_type": {k: round(v, 6) for k, v in m["f1_per_type"].items()}}
     agreement = None
     if parent_predictions is not None:
         if len(parent_predictions) != len(predictions):
@@ -277,7 +284,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     rec = Record(
         artifact=artifact.name, target=target, status="ok", reason=None,
         backend=runner.backend, format=artifact.format, precision=artifact.precision,
-        task=prepared.task.name, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"), **intervals,
+        task=prepared.task.name, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"), **intervals, **tagging,
         eval_rows=len(enc), parent=artifact.parent, agreement_with_parent=agreement,
         size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
         num_params=int(runner.num_params),

@@ -93,3 +93,51 @@ def ci95_fields(pred, labels, names: tuple[str, ...]) -> dict[str, float]:
         low, high = bootstrap_ci(pred, labels, name)
         out[f"{name}_ci95_low"], out[f"{name}_ci95_high"] = round(low, 6), round(high, 6)
     return out
+
+
+# --- any task: metrics from the logits of every scored position (compress.tokens) -----------
+
+def task_metrics(task, enc, logits: np.ndarray) -> dict[str, float]:
+    """The task's scalar dev metrics (task.metrics) from `logits` (positions, labels) of
+    every scored position of `enc` in row order: accuracy/F1 of rows for a classifier;
+    entity F1, precision, recall and word tag accuracy for a tagger (compress.ner)."""
+    if not enc.token_level:
+        return classification_metrics(logits, enc.labels, task.metrics)
+    m = entity_metrics_of(enc, np.asarray(logits).argmax(-1))
+    return {k: round(float(m[k]), 6) for k in task.metrics}
+
+
+def entity_metrics_of(enc, pred: np.ndarray) -> dict:
+    """compress.ner.entity_metrics of predicted tags per scored position (each kept word's
+    first piece); words cut by truncation count as predicted O."""
+    from .ner import entity_metrics
+
+    return entity_metrics(enc.word_tags, [r.tolist() for r in enc.rows(np.asarray(pred))])
+
+
+def task_ci95(task, enc, pred: np.ndarray) -> dict[str, float]:
+    """95% bootstrap intervals of the primary metrics. A classifier: every metric over
+    resampled rows (ci95_fields). A tagger: entity F1 over resampled sentences (entities
+    of one sentence are not independent draws), from per-sentence counts of true
+    positives, gold and predicted entities, the same way bootstrap_ci does rows."""
+    pred = np.asarray(pred)
+    if not enc.token_level:
+        return ci95_fields(pred, enc.labels, task.metrics)
+    from .ner import entities
+
+    per_row = np.zeros((len(enc), 3), dtype=np.int64)  # tp, gold, predicted entities
+    for i, (gold, p) in enumerate(zip(enc.word_tags, enc.rows(pred))):
+        p = p.tolist() + [0] * (len(gold) - len(p))  # cut words: O (TAGS[0])
+        ge, pe = entities(gold), entities(p)
+        per_row[i] = len(ge & pe), len(ge), len(pe)
+    n = len(per_row)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    values = []
+    rows_per_chunk = max(1, _CHUNK_INDICES // n)
+    for start in range(0, BOOTSTRAP_RESAMPLES, rows_per_chunk):
+        idx = rng.integers(0, n, size=(min(rows_per_chunk, BOOTSTRAP_RESAMPLES - start), n))
+        tp, ng, np_ = (per_row[:, k][idx].sum(axis=1) for k in range(3))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            values.append(np.where(tp > 0, 2 * tp / (ng + np_), 0.0))
+    low, high = np.percentile(np.concatenate(values), [2.5, 97.5])
+    return {"f1_ci95_low": round(float(low), 6), "f1_ci95_high": round(float(high), 6)}

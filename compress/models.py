@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification, PreTrainedTokenizerBase
+from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, BertForTokenClassification,
+                          PreTrainedTokenizerBase)
 
 from .io import atomic_dir
 from .errors import UserError
@@ -35,6 +36,23 @@ RANDOM_GEOMETRIES = {
 
 class ModelError(UserError):
     """A model spec cannot be resolved or a checkpoint is unsafe or malformed."""
+
+
+# The head a task's kind needs (compress.data.Task.kind): a label per row from the pooled
+# [CLS] vector, or a tag per token from every position's hidden state.
+HEADS = {"sequence": BertForSequenceClassification, "token": BertForTokenClassification}
+
+
+def head_class(kind: str):
+    if kind not in HEADS:
+        raise ModelError(f"unknown head kind '{kind}': choose one of {', '.join(HEADS)}")
+    return HEADS[kind]
+
+
+def kind_of(config) -> str:
+    """The head kind of a saved model's config (its `architectures`)."""
+    arch = (getattr(config, "architectures", None) or ["BertForSequenceClassification"])[0]
+    return "token" if arch.endswith("ForTokenClassification") else "sequence"
 
 
 def package_model_dir(name: str) -> Path:
@@ -76,12 +94,15 @@ def resolve_tokenizer_source(spec: str) -> str:
     return os.path.expanduser(spec)
 
 
-def load_classifier(spec: str, num_labels: int, revision: str | None = None, seed: int = 0):
+def load_classifier(spec: str, num_labels: int, revision: str | None = None, seed: int = 0,
+                    kind: str = "sequence"):
     """Return (model, tokenizer, source_info) for a model spec.
 
-    The classification head is created with `num_labels` outputs when the checkpoint
-    has none (a pretrained encoder); a fine-tuned checkpoint must already have that many.
+    The head (`kind`: sequence or token classification) is created with `num_labels`
+    outputs when the checkpoint has none (a pretrained encoder); a fine-tuned checkpoint
+    must already have that many.
     """
+    model_class = head_class(kind)
     info = {"spec": spec, "revision": revision}
     tok_src = resolve_tokenizer_source(spec)
     if spec.startswith("random:"):
@@ -93,7 +114,7 @@ def load_classifier(spec: str, num_labels: int, revision: str | None = None, see
         config = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                             intermediate_size=inter, num_labels=num_labels)
         torch.manual_seed(seed)
-        model = BertForSequenceClassification(config)
+        model = model_class(config)
         info["random_init"] = True
     else:
         if spec.startswith("package:"):
@@ -111,7 +132,7 @@ def load_classifier(spec: str, num_labels: int, revision: str | None = None, see
         if not local:
             kwargs["revision"] = revision
         try:
-            model = BertForSequenceClassification.from_pretrained(src, **kwargs)
+            model = model_class.from_pretrained(src, **kwargs)
         except OSError as e:
             where = "" if local else " (no such local directory, so it was tried as a Hub id)"
             raise ModelError(f"cannot load model '{spec}'{where}: {e}") from None
@@ -153,12 +174,15 @@ def save_classifier(model, tokenizer, out_dir: str | Path, label_names: list[str
 
 
 def load_saved(path: str | Path):
-    """Load a classifier saved by this project (safetensors only) with its tokenizer."""
+    """Load a classifier or tagger saved by this project (safetensors only) with its
+    tokenizer; the head is the one its config names."""
     path = Path(path)
     if not path.is_dir():
         raise ModelError(f"artifact '{path}' does not exist; run the stage that builds it")
     check_safetensors_dir(path)
-    model = BertForSequenceClassification.from_pretrained(path, use_safetensors=True, trust_remote_code=False)
+    config = BertConfig.from_pretrained(path)
+    model = head_class(kind_of(config)).from_pretrained(path, config=config, use_safetensors=True,
+                                                        trust_remote_code=False)
     return model, load_tokenizer(path)
 
 

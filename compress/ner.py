@@ -160,66 +160,7 @@ def word_predictions(piece_pred: Sequence[int], aligned: Aligned) -> list[int]:
     return out
 
 
-# --- model inputs, the per-token distillation loss, entities in raw text --------------------
-
-@dataclass
-class NerEncoded:
-    """Aligned sentences of a split, unpadded; row i is sentence i."""
-    input_ids: list[list[int]]
-    labels: list[list[int]]  # per piece: the word's tag on its first piece, IGNORE elsewhere
-    word_tags: list[tuple[int, ...]]  # gold tags per word (all words, kept or cut)
-    pad_id: int
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-    def lengths(self) -> list[int]:
-        return [len(x) for x in self.input_ids]
-
-
-def encode_sentences(tokenizer, sentences: Sequence[Sentence], max_length: int) -> NerEncoded:
-    aligned = [align(tokenizer, s, max_length) for s in sentences]
-    return NerEncoded(input_ids=[a.input_ids for a in aligned], labels=[a.labels for a in aligned],
-                      word_tags=[s.tags for s in sentences],
-                      pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0)
-
-
-def collate_tokens(enc: NerEncoded, idx: Sequence[int], pad_to: int | None = None):
-    """Rows `idx` padded to their longest (or `pad_to`): model inputs (batch, seq) int64 and
-    the labels (batch, seq), IGNORE on padding."""
-    import numpy as np
-
-    seq = pad_to or max(len(enc.input_ids[i]) for i in idx)
-    ids = np.full((len(idx), seq), enc.pad_id, dtype=np.int64)
-    mask = np.zeros((len(idx), seq), dtype=np.int64)
-    labels = np.full((len(idx), seq), IGNORE, dtype=np.int64)
-    for j, i in enumerate(idx):
-        n = min(len(enc.input_ids[i]), seq)
-        ids[j, :n], mask[j, :n], labels[j, :n] = enc.input_ids[i][:n], 1, enc.labels[i][:n]
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}, labels
-
-
-def first_piece_logits(logits, labels):
-    """The logits (positions, tags) of the scored positions (each kept word's first piece),
-    in row-major order: what the teacher cache stores and the loss compares."""
-    return logits[labels != IGNORE]
-
-
-def token_kd_loss(student_logits, teacher_positions, labels, temperature: float, alpha_kd: float):
-    """Per-token distillation on the aligned positions only (first pieces of kept words):
-    alpha * T^2 * KL(teacher_T || student_T) + (1 - alpha) * CE(student, gold tag), each
-    averaged over those positions. `teacher_positions` (positions, tags) is
-    first_piece_logits of the teacher for the same rows."""
-    import torch.nn.functional as F
-
-    keep = labels != IGNORE  # (batch, seq)
-    s = student_logits.float()[keep]  # (positions, tags)
-    t = teacher_positions.float()
-    soft = F.kl_div(F.log_softmax(s / temperature, -1), F.log_softmax(t / temperature, -1),
-                    reduction="batchmean", log_target=True) * temperature ** 2
-    hard = F.cross_entropy(s, labels[keep])
-    return alpha_kd * soft + (1 - alpha_kd) * hard
-
+# --- entities in raw text (compress predict) ------------------------------------------------
 
 def words_with_spans(tokenizer, text: str) -> list[tuple[str, int, int]]:
     """Split raw text into words the way the model's tokenizer pre-splits it (whitespace

@@ -231,7 +231,12 @@ def predict_stream(loaded: Loaded, examples: Iterable[Example], batch_size: int 
 
     bar = tqdm(total=total, desc="predict", unit="text", disable=not progress, file=sys.stderr)
     seen = 0
-    for part in _chunks(examples, 4096):
+    if loaded.task.token_level:
+        for part in _chunks(examples, 4096):
+            yield from tag_texts(loaded, [_text_of(ex) for ex in part], batch_size, max_length)
+            bar.update(len(part))
+            seen += len(part)
+    for part in _chunks(examples if not loaded.task.token_level else [], 4096):
         enc = encode(loaded.runner.tokenizer, part, max_length)  # longer texts are truncated
         logits = np.zeros((len(part), loaded.runner.num_labels), dtype=np.float32)
         for idx in eval_batches(enc.lengths(), batch_size):
@@ -250,21 +255,66 @@ def predict_stream(loaded: Loaded, examples: Iterable[Example], batch_size: int 
         raise UserError("no input texts: give texts as arguments, --file FILE, or lines on standard input")
 
 
+def _text_of(ex) -> str:
+    """Raw text to tag: a line of input, or a prepared sentence's words joined by spaces
+    (the dev-stream measurement tags the dev split the way users' text is tagged)."""
+    return ex.text_a if isinstance(ex, Example) else " ".join(ex.words)
+
+
+def tag_texts(loaded: Loaded, texts: list[str], batch_size: int, max_length: int) -> list[dict]:
+    """Entities in each text: the tokenizer's words (with character spans), a tag per word
+    from its first piece, BIO spans (conlleval rules) as character spans of the text.
+    `score`: the smallest probability the model gave to the tags of the entity's words.
+    Words cut by max_length are tagged O."""
+    from .ner import Sentence, entities_in_text, words_with_spans
+    from .tokens import collate, encode, eval_batches
+
+    tok = loaded.runner.tokenizer
+    spans = [words_with_spans(tok, t) for t in texts]
+    sents = [Sentence(tuple(w for w, *_ in s), (0,) * len(s)) for s in spans]
+    keep = [i for i, s in enumerate(sents) if s.words]  # a text of spaces only has no words
+    enc = encode(tok, [sents[i] for i in keep], max_length)
+    logits = np.zeros((len(enc.labels), loaded.runner.num_labels), dtype=np.float32)
+    for idx in eval_batches(enc.lengths(), batch_size) if keep else []:
+        logits[enc.positions(idx)] = enc.scored(loaded.runner(collate(enc, idx)), idx)
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs = z / z.sum(axis=1, keepdims=True)
+    out = [{"text": t, "entities": []} for t in texts]
+    for row, i in enumerate(keep):
+        p = probs[enc.offsets[row]:enc.offsets[row + 1]]
+        tags = p.argmax(-1).tolist()
+        found = entities_in_text(texts[i], spans[i], tags + [0] * (len(spans[i]) - len(tags)))
+        for e in found:
+            first = next(k for k, (_, a, _) in enumerate(spans[i]) if a == e["start"])
+            last = next(k for k, (_, _, b) in enumerate(spans[i]) if b == e["end"])
+            scores = [float(p[k, tags[k]]) for k in range(first, min(last + 1, len(tags)))]
+            e["score"] = round(min(scores), 6) if scores else 0.0
+        out[i]["entities"] = found
+    return out
+
+
 def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_length: int = 128,
             progress: bool = False) -> list[dict]:
     return list(predict_stream(loaded, examples, batch_size, max_length, progress, total=len(examples)))
 
 
 def evaluate(loaded: Loaded, source: str, split: str = "dev", batch_size: int = 64, max_length: int = 128) -> dict:
-    """Metrics of the artifact on a GLUE-format split (validated like the pipeline's data)."""
+    """Metrics of the artifact on a split of a GLUE-format or CoNLL-format directory
+    (validated like the pipeline's data): accuracy (F1) of rows, or entity F1, precision,
+    recall, word tag accuracy and F1 per entity type."""
     from .data import read_split
-    from .metrics import classification_metrics
+    from .metrics import entity_metrics_of, task_metrics
     from .tokens import collate, encode, eval_batches
 
     examples = list(read_split(source, split, loaded.task))
+    if not examples:
+        raise UserError(f"{source}: split '{split}' has no rows")
     enc = encode(loaded.runner.tokenizer, examples, max_length)
-    logits = np.zeros((len(enc), loaded.runner.num_labels), dtype=np.float32)
+    logits = np.zeros((len(enc.labels), loaded.runner.num_labels), dtype=np.float32)
     for idx in eval_batches(enc.lengths(), batch_size):
-        logits[idx] = loaded.runner(collate(enc, idx))
-    return {"rows": len(enc), "source": source, "split": split,
-            **classification_metrics(logits, enc.labels, loaded.task.metrics)}
+        logits[enc.positions(idx)] = enc.scored(loaded.runner(collate(enc, idx)), idx)
+    out = {"rows": len(enc), "source": source, "split": split, **task_metrics(loaded.task, enc, logits)}
+    if enc.token_level:
+        m = entity_metrics_of(enc, logits.argmax(-1))
+        out.update(entities=m["entities"], f1_per_type={k: round(v, 6) for k, v in m["f1_per_type"].items()})
+    return out

@@ -21,9 +21,9 @@ from tqdm.auto import tqdm
 
 from .config import check
 from .data import Prepared
-from .distill import DistillLossConfig, distill_loss_fn, kd_loss, load_transfer, slice_ffn
+from .distill import DistillLossConfig, check_positions, distill_loss_fn, kd_loss, load_transfer, slice_ffn
 from . import distributed
-from .metrics import classification_metrics
+from .metrics import task_metrics
 from .models import count_parameters, load_saved, save_classifier
 from .errors import UserError
 from .tokens import Encoded, collate, encode, length_grouped_batches
@@ -211,16 +211,19 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
     model, tokenizer = load_saved(student_dir)
     rows, cached, meta = load_transfer(cache_dir, prepared)  # the train split + any augmented rows
     train = encode(tokenizer, rows, meta["max_length"])
+    check_positions(train, cached, cache_dir)
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
     task = prepared.task
     labels, t_logits = torch.from_numpy(train.labels), torch.from_numpy(cached)
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
 
-    def score_loss(logits, idx):
-        return kd_loss(logits, t_logits[idx], labels[idx], cfg.loss.temperature, cfg.loss.alpha_kd)
+    def score_loss(logits, idx):  # over the batch's scored positions (a row, or each word's first piece)
+        pos = train.positions(idx)
+        return kd_loss(train.scored(logits, idx), t_logits[pos].float(), labels[pos], cfg.loss.temperature,
+                       cfg.loss.alpha_kd)
 
     def dev_metrics():
-        return classification_metrics(predict_logits(model, dev), dev.labels, task.metrics)
+        return task_metrics(task, dev, predict_logits(model, dev))
 
     summary = {"config": asdict(cfg), "before": {"dev": dev_metrics(), "params": count_parameters(model),
                                                  "heads_per_layer": heads_per_layer(model),
@@ -245,7 +248,7 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
             if cfg.freeze_word_embeddings:
                 model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
             loss = distill_loss_fn(train, cached, cfg.loss)
-            summary["recovery"] = finetune(model, train, dev, cfg.recovery, task.metrics, tmp,
+            summary["recovery"] = finetune(model, train, dev, cfg.recovery, task, tmp,
                                            desc="recovery", loss_fn=loss)
         else:
             final = dev_metrics()

@@ -72,7 +72,9 @@ class Record:
     precision: str | None = None
     task: str | None = None
     accuracy: float | None = None
-    f1: float | None = None  # of the positive class; pair tasks (MRPC) only
+    f1: float | None = None  # of the positive class (MRPC); entity micro F1 (exact span and type) for tagging
+    token_accuracy: float | None = None  # tagging: share of words tagged right
+    f1_per_type: dict[str, float] | None = None  # tagging: entity F1 of each type
     # 95% bootstrap interval over the dev rows (compress.metrics.bootstrap_ci), fractions
     accuracy_ci95_low: float | None = None
     accuracy_ci95_high: float | None = None
@@ -80,7 +82,7 @@ class Record:
     f1_ci95_high: float | None = None
     eval_rows: int | None = None
     parent: str | None = None  # the artifact this one was derived from
-    agreement_with_parent: float | None = None  # share of dev predictions equal to the parent's (CPU)
+    agreement_with_parent: float | None = None  # share of dev predictions (rows; words when tagging) equal to the parent's (CPU)
     latency_ms_p50: float | None = None
     latency_ms_p90: float | None = None
     latency_ms_p99: float | None = None

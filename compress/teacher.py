@@ -12,7 +12,7 @@ from .data import Prepared
 from .models import load_classifier, save_classifier
 from .tokens import encode
 from .train import FinetuneConfig, finetune, predict_logits, seed_everything, write_one_evaluation
-from .metrics import classification_metrics
+from .metrics import task_metrics
 
 
 @dataclass(frozen=True)
@@ -34,17 +34,18 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
     t0 = time.perf_counter()
     task = prepared.task
     seed_everything(cfg.train.seed)  # the classifier head's init depends on it
-    model, tokenizer, source = load_classifier(cfg.model, task.num_labels, cfg.revision, cfg.train.seed)
+    model, tokenizer, source = load_classifier(cfg.model, task.num_labels, cfg.revision, cfg.train.seed,
+                                               kind=task.kind)
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
     summary = {"source": source, "config": asdict(cfg)}
     # Curves land in place only when the stage's model does: a killed run leaves neither.
     with distributed.output_dir(curves_dir) as curves_tmp:  # rank 0 writes; other ranks only train
         if cfg.finetune:
             train = encode(tokenizer, prepared.split("train"), cfg.max_length)
-            summary["training"] = finetune(model, train, dev, cfg.train, task.metrics, curves_tmp,
+            summary["training"] = finetune(model, train, dev, cfg.train, task, curves_tmp,
                                            desc="teacher")
         else:
-            final = classification_metrics(predict_logits(model, dev), dev.labels, task.metrics)
+            final = task_metrics(task, dev, predict_logits(model, dev))
             write_one_evaluation(curves_tmp, final)
             summary["training"] = {"skipped": "teacher.finetune is false: the checkpoint is used as is",
                                    "final_dev": final}

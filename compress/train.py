@@ -30,7 +30,7 @@ from transformers import get_linear_schedule_with_warmup
 from . import distributed
 from .config import check
 from .env import bf16_unavailable
-from .metrics import classification_metrics
+from .metrics import task_metrics
 from .tokens import Encoded, collate, eval_batches, length_grouped_batches
 
 
@@ -75,12 +75,13 @@ LossFn = Callable[[torch.nn.Module, dict, list], torch.Tensor]
 
 
 def label_loss(train: Encoded) -> LossFn:
-    """Cross-entropy against the gold labels (plain fine-tuning)."""
+    """Cross-entropy against the gold labels of the batch's scored positions (plain
+    fine-tuning: a row's label, or each kept word's tag on its first piece)."""
     labels = torch.from_numpy(train.labels)
 
     def loss(model, batch, idx):
-        logits = model(**batch).logits.float()
-        return torch.nn.functional.cross_entropy(logits, labels[idx].to(logits.device))
+        logits = train.scored(model(**batch).logits.float(), idx)
+        return torch.nn.functional.cross_entropy(logits, labels[train.positions(idx)].to(logits.device))
     return loss
 
 
@@ -96,17 +97,19 @@ def to_torch(batch: dict[str, np.ndarray], device: str | torch.device = "cpu") -
 
 @torch.no_grad()
 def predict_logits(model, enc: Encoded, batch_size: int = 64, sharded: bool = False) -> np.ndarray:
-    """Logits (rows, labels) in row order, fp32, batches sorted by length.
+    """Logits (positions, labels) of every scored position (compress.tokens) in row
+    order, fp32, batches sorted by length: (rows, labels) for a classifier.
 
     `sharded`: every rank of a torchrun job calls this together; each runs every
     world-th batch (the same batches one process runs) and all get the whole result."""
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
-    out = np.zeros((len(enc), model.config.num_labels), dtype=np.float32)
+    out = np.zeros((len(enc.labels), model.config.num_labels), dtype=np.float32)
     batches = eval_batches(enc.lengths(), batch_size)
     for idx in (distributed.shard(batches) if sharded else batches):
-        out[idx] = model(**to_torch(collate(enc, idx), dev)).logits.float().cpu().numpy()
+        logits = model(**to_torch(collate(enc, idx), dev)).logits.float().cpu().numpy()
+        out[enc.positions(idx)] = enc.scored(logits, idx)
     model.train(was_training)
     return distributed.gather_rows(out) if sharded else out
 
@@ -144,9 +147,10 @@ def write_one_evaluation(curves_dir: Path, metrics: dict) -> None:
     log.close()
 
 
-def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metrics: tuple[str, ...],
-             curves_dir: Path, desc: str = "fine-tune", loss_fn: LossFn | None = None) -> dict:
-    """Train `model` in place; return a summary (steps, wall time, final dev metrics).
+def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task, curves_dir: Path,
+             desc: str = "fine-tune", loss_fn: LossFn | None = None) -> dict:
+    """Train `model` in place; return a summary (steps, wall time, final dev metrics:
+    `task.metrics`, compress.metrics.task_metrics; task is a compress.data.Task).
 
     `loss_fn(model, batch, idx)` computes the loss of a batch (rows `idx` of `train`);
     the default is cross-entropy on the labels. Distillation passes its own.
@@ -176,7 +180,7 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
     opt = torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
     sched = get_linear_schedule_with_warmup(opt, int(cfg.warmup_ratio * total), total)
     train_log = CurveLog(curves_dir / "train.csv", TRAIN_CURVE_FIELDS)
-    eval_log = CurveLog(curves_dir / "eval.csv", ["step", "epoch", *task_metrics])
+    eval_log = CurveLog(curves_dir / "eval.csv", ["step", "epoch", *task.metrics])
     bf16 = cfg.bf16_autocast
     no_bf16 = bf16_unavailable() if bf16 and device.type == "cpu" else None
     if no_bf16:
@@ -191,7 +195,7 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task_metr
 
     def evaluate():
         logits = predict_logits(model, dev, sharded=world > 1)
-        m = classification_metrics(logits, dev.labels, task_metrics)
+        m = task_metrics(task, dev, logits)
         eval_log.log(step=step, epoch=round(step / steps_per_epoch, 4), **m)
         return m
 

@@ -67,7 +67,7 @@ def test_a_few_distillation_steps_lower_the_loss(tmp_path, prepared_sst2):
     dev = encode(tok, p.split("dev"), 32)
     # a teacher that is confident on the training labels
     finetune(teacher, train, dev, FinetuneConfig(epochs=6, batch_size=8, lr=5e-3, eval_every_steps=0),
-             ("accuracy",), tmp_path / "t")
+             p.task, tmp_path / "t")
     cached = teacher_logits(teacher, train)
     # a student that does not start from the teacher's weights, so it has something to learn
     student = make_student(tiny_model(seed=11)[0], [0])
@@ -84,7 +84,7 @@ def test_a_few_distillation_steps_lower_the_loss(tmp_path, prepared_sst2):
 
     before = total()
     finetune(student, train, dev, FinetuneConfig(epochs=8, batch_size=8, lr=5e-3, eval_every_steps=0),
-             ("accuracy",), tmp_path / "s", loss_fn=loss)
+             p.task, tmp_path / "s", loss_fn=loss)
     assert total() < 0.5 * before
     agree = (predict_logits(student, train).argmax(-1) == cached.argmax(-1)).mean()
     assert agree > 0.9

@@ -1,6 +1,7 @@
 """NER data and metric (issue 14, first part): the CoNLL reader with file:line errors, the
 conlleval entity rules, entity F1 on hand-made cases, word-to-subword alignment and
 truncation at word boundaries, and the real CoNLL-2003 files' card figures."""
+import numpy as np
 import pytest
 
 from compress.ner import (IGNORE, TAG_ID, TAGS, NerDataError, Sentence, align, card_counts, entities,
@@ -89,25 +90,32 @@ def test_real_conll2003_dev_card():
 
 
 def test_token_kd_loss_scores_first_pieces_only():
+    """Encoded scored positions of tagged sentences: one per word (its first piece); the
+    distillation loss over them ignores every other piece."""
     import torch
+
+    from compress.distill import kd_loss
+    from compress.tokens import collate, encode, scored
 
     _, tok = tiny_model()
     sents = [Sentence(("Huggingface", "rejects", "Blackburn"), _ids("B-ORG", "O", "B-PER")),
              Sentence(("EU",), _ids("B-ORG"))]
-    from compress.ner import collate_tokens, encode_sentences, first_piece_logits, token_kd_loss
-
-    enc = encode_sentences(tok, sents, 64)
-    batch, labels = collate_tokens(enc, [0, 1])
-    labels = torch.from_numpy(labels)
-    assert int((labels != IGNORE).sum()) == 4  # one scored position per word
+    enc = encode(tok, sents, 64)
+    assert enc.token_level and list(enc.offsets) == [0, 3, 4] and enc.labels.tolist() == list(sents[0].tags + sents[1].tags)
+    batch = collate(enc, [1, 0])
+    labels = torch.from_numpy(enc.batch_labels([1, 0], batch["input_ids"].shape[1]))
+    assert labels.shape == batch["input_ids"].shape and int((labels != IGNORE).sum()) == 4
+    assert list(enc.positions([1, 0])) == [3, 0, 1, 2]  # row 1's word, then row 0's three
     student = torch.randn(*labels.shape, len(TAGS))
     teacher = student.clone()
     # the student equal to the teacher on scored positions: no soft loss, whatever elsewhere
     teacher[labels == IGNORE] += 5.0
-    loss_soft = token_kd_loss(student, first_piece_logits(teacher, labels), labels, 2.0, 1.0)
+    gold = torch.from_numpy(enc.labels[enc.positions([1, 0])])
+    assert torch.equal(gold, labels[labels != IGNORE])
+    loss_soft = kd_loss(scored(student, labels), scored(teacher, labels), gold, 2.0, 1.0)
     assert abs(float(loss_soft)) < 1e-5
     # the hard term is plain CE over the 4 scored positions
-    hard = token_kd_loss(student, first_piece_logits(teacher, labels), labels, 2.0, 0.0)
+    hard = kd_loss(scored(student, labels), scored(teacher, labels), gold, 2.0, 0.0)
     ref = torch.nn.functional.cross_entropy(student[labels != IGNORE], labels[labels != IGNORE])
     assert torch.allclose(hard, ref)
 
@@ -124,3 +132,173 @@ def test_entities_in_raw_text_have_character_spans():
     assert found == [{"type": "PER", "start": 0, "end": 15, "text": "Peter Blackburn"},
                      {"type": "ORG", "start": 24, "end": 26, "text": "EU"},
                      {"type": "LOC", "start": 31, "end": 39, "text": "Brussels"}]
+
+
+# --- the tagging task through prepare, training, the teacher cache, distillation, pruning ----
+
+CONLL_TRAIN = """-DOCSTART- O
+
+EU B-ORG
+rejects O
+German B-MISC
+call O
+to O
+boycott O
+British B-MISC
+lamb O
+. O
+
+Peter B-PER
+Blackburn I-PER
+
+BRUSSELS B-LOC
+1996-08-22 O
+
+The O
+European B-ORG
+Commission I-ORG
+said O
+on O
+Thursday O
+it O
+disagreed O
+with O
+German B-MISC
+advice O
+. O
+"""
+
+
+@pytest.fixture(scope="module")
+def conll(tmp_path_factory):
+    """A small CoNLL directory (4 hand-written sentences x 8) prepared, and a tiny tagger
+    fine-tuned on it and saved: what the stages read and write."""
+    from compress.data import Prepared, PrepareConfig, prepare
+    from compress.models import load_classifier, save_classifier
+    from compress.tokens import encode
+    from compress.train import FinetuneConfig, finetune
+
+    root = tmp_path_factory.mktemp("conll")
+    (root / "src").mkdir()
+    (root / "src/train.txt").write_text(CONLL_TRAIN + ("\n" + CONLL_TRAIN.split("\n", 2)[2]) * 7)
+    (root / "src/dev.txt").write_text(CONLL_TRAIN)
+    card = prepare(PrepareConfig(task="conll2003", source=str(root / "src")), root / "prepared")
+    prepared = Prepared.open(root / "prepared")
+    model, tok, _ = load_classifier("random:tiny", 9, seed=0, kind="token")
+    train, dev = (encode(tok, prepared.split(s), 64) for s in ("train", "dev"))
+    summary = finetune(model, train, dev, FinetuneConfig(epochs=12, batch_size=8, lr=5e-3, eval_every_steps=0,
+                                                         log_every_steps=1), prepared.task, root / "curves")
+    save_classifier(model, tok, root / "teacher", list(TAGS), task="conll2003")
+    return root, card, prepared, summary
+
+
+def test_prepare_writes_sentences_and_an_entity_card(conll):
+    root, card, prepared, _ = conll
+    assert card["kind"] == "token" and card["splits"]["dev"]["rows"] == 4 and card["splits"]["train"]["rows"] == 32
+    assert card["splits"]["dev"]["entities"] == {"PER": 1, "ORG": 2, "LOC": 1, "MISC": 3}
+    assert card["splits"]["dev"]["tokens"] == 25 and card["splits"]["dev"]["tag_counts"]["O"] == 16
+    dev = prepared.split("dev")
+    assert dev[1] == Sentence(("Peter", "Blackburn"), _ids("B-PER", "I-PER"))
+    assert prepared.task.token_level and prepared.task.primary_metric == "f1"
+
+
+def test_prepare_names_the_bad_line_and_keeps_what_was_built(conll, tmp_path):
+    from compress.data import PrepareConfig, prepare
+
+    root, *_ = conll
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "train.txt").write_text(CONLL_TRAIN)
+    (bad / "dev.txt").write_text("EU B-ORG\nrejects B-NOPE\n")
+    out = tmp_path / "prepared"
+    prepare(PrepareConfig(task="conll2003", source=str(root / "src")), out)
+    before = (out / "dev.jsonl").read_bytes()
+    with pytest.raises(NerDataError, match=r"dev.txt:2: unknown tag 'B-NOPE'"):
+        prepare(PrepareConfig(task="conll2003", source=str(bad)), out)
+    assert (out / "dev.jsonl").read_bytes() == before
+
+
+def test_tagger_trains_and_is_scored_on_entities(conll):
+    from compress.metrics import entity_metrics_of, task_metrics
+    from compress.models import load_saved
+    from compress.tokens import encode
+    from compress.train import predict_logits
+
+    root, _, prepared, summary = conll
+    assert set(summary["final_dev"]) == {"f1", "precision", "recall", "token_accuracy"}
+    model, tok = load_saved(root / "teacher")
+    assert type(model).__name__ == "BertForTokenClassification"
+    dev = encode(tok, prepared.split("dev"), 64)
+    logits = predict_logits(model, dev)
+    assert logits.shape == (25, 9)  # one scored position per word
+    m = task_metrics(prepared.task, dev, logits)
+    assert m == summary["final_dev"]  # the saved model is the trained one
+    assert m["f1"] == round(entity_metrics_of(dev, logits.argmax(-1))["f1"], 6)
+    assert m["token_accuracy"] > 0.8  # it learnt the 4 sentences it saw 8 times
+
+
+def test_entity_f1_interval_resamples_sentences(conll):
+    from compress.metrics import task_ci95
+    from compress.tokens import encode
+    from compress.models import load_saved
+
+    root, _, prepared, _ = conll
+    _, tok = load_saved(root / "teacher")
+    dev = encode(tok, prepared.split("dev") * 5, 64)
+    perfect = task_ci95(prepared.task, dev, dev.labels)
+    assert perfect == {"f1_ci95_low": 1.0, "f1_ci95_high": 1.0}
+    pred = dev.labels.copy()
+    for row in (1, 5, 9, 13, 17):  # sentence 1's PER missed in all 5 copies
+        pred[dev.offsets[row]:dev.offsets[row + 1]] = TAG_ID["O"]
+    ci = task_ci95(prepared.task, dev, pred)
+    assert ci["f1_ci95_low"] < 12 / 13 < ci["f1_ci95_high"] < 1.0  # 6 of 7 gold found, 6 predicted
+
+
+def test_teacher_cache_is_per_word_in_float16_and_distils(conll, tmp_path):
+    from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill, load_transfer
+    from compress.models import load_saved
+    from compress.train import FinetuneConfig
+
+    root, _, prepared, _ = conll
+    meta = cache_teacher_outputs(root / "teacher", prepared, tmp_path / "cache", CacheConfig(max_length=64))
+    logits = np.load(tmp_path / "cache/logits.npy")
+    assert logits.dtype == np.float16 and logits.shape == (meta["positions"], 9) and meta["rows"] == 32
+    assert meta["storage"]["max_abs_logit_error"] < 0.01 and meta["storage"]["max_kl_t2"] < 1e-4
+    assert meta["teacher_train_accuracy"] > 0.8
+    rows, cached, _ = load_transfer(tmp_path / "cache", prepared)
+    assert len(rows) == 32 and len(cached) == meta["positions"]
+    cfg = DistillConfig(student_layers=[1], train=FinetuneConfig(epochs=2, batch_size=8, lr=5e-3,
+                                                                 eval_every_steps=0))
+    summary = distill(cfg, root / "teacher", tmp_path / "cache", prepared, tmp_path / "student",
+                      tmp_path / "curves", tmp_path / "control", tmp_path / "control_curves", 64)
+    assert summary["student"]["steps"] == summary["control"]["steps"] == 8
+    student, _ = load_saved(tmp_path / "student")
+    assert type(student).__name__ == "BertForTokenClassification" and student.config.num_hidden_layers == 1
+    assert 0 <= summary["student"]["final_dev"]["f1"] <= 1
+
+
+def test_augmentation_is_refused_for_tagging(conll, tmp_path):
+    from compress.augment import AugmentConfig
+    from compress.config import ConfigError
+    from compress.distill import CacheConfig, cache_teacher_outputs
+
+    root, _, prepared, _ = conll
+    with pytest.raises(ConfigError, match="augment.size to 0"):
+        cache_teacher_outputs(root / "teacher", prepared, tmp_path / "c", CacheConfig(
+            augment=AugmentConfig(size=0.5, kinds=["word_drop"])))
+    assert not (tmp_path / "c").exists()
+
+
+def test_predict_prints_entities_with_character_spans(conll):
+    from compress.predict import evaluate, load, predict
+
+    root, *_ = conll
+    loaded = load(root / "teacher")
+    out = predict(loaded, [__import__("compress.data", fromlist=["Example"]).Example(
+        "EU rejects German call to boycott British lamb .", None, -1)])
+    assert out[0]["text"].startswith("EU rejects")
+    for e in out[0]["entities"]:
+        assert out[0]["text"][e["start"]:e["end"]] == e["text"] and e["type"] in ("PER", "ORG", "LOC", "MISC")
+        assert 0 < e["score"] <= 1
+    res = evaluate(loaded, str(root / "src"), "dev", max_length=64)
+    assert res["rows"] == 4 and set(res["f1_per_type"]) == {"PER", "ORG", "LOC", "MISC"} and res["entities"] == 7
