@@ -17,8 +17,11 @@ from conftest import REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
 
+# isolate false: stages measure in their own process. A fresh child per artifact and target
+# (the default, for honest peak memory) costs an import of torch, transformers and every
+# runtime each time, minutes over a whole tiny pipeline; test_measure covers the child.
 TINY_MEASURE = {"points": [[1, 128], [32, 128]], "warmup_queries": 1, "min_queries": 3,
-                "min_duration_s": 0.0, "eval_max_rows": 64}
+                "min_duration_s": 0.0, "eval_max_rows": 64, "isolate": False}
 
 
 def tiny_params(task: str, train_rows: int = 256) -> dict:
