@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--readme", help="also refresh the results table in this README from comparison.json")
     s.set_defaults(func=cmd_report)
 
-    s = sub.add_parser("predict", help="classify texts with the production artifact (or any artifact)")
+    s = sub.add_parser("predict", help="classify texts (or tag their entities) with the production artifact (or any artifact)")
     s.add_argument("texts", nargs="*", help="texts to classify (pair tasks: 'text_a<TAB>text_b'); "
                                             "without texts or --file, lines are read from standard input")
     s.add_argument("--file", help="a UTF-8 file with one text (or tab-separated pair) per line")
@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_predict)
 
     s = sub.add_parser("evaluate", help="score an artifact on a GLUE-format or CoNLL-format split with the pipeline's pre-processing")
-    s.add_argument("--data", required=True, help="GLUE-format directory (train.tsv/dev.tsv) or hub:glue/sst2")
+    s.add_argument("--data", required=True, help="GLUE-format directory (train.tsv/dev.tsv), CoNLL directory (train.txt/dev.txt/test.txt) or hub:glue/sst2")
     s.add_argument("--split", default="dev", help="train, dev or test (default dev; test: a CoNLL directory's test.txt, or a GLUE test.tsv with labels)")
     s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
     s.add_argument("--task", help="sst2, mrpc or conll2003 (default: the artifact's own task, recorded in "

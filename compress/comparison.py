@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .io import atomic_write_text, replace_block
 from .report import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LATENCY, _fmt, _pct_ci, build_comparison,
-                     environment_lines, has_interval, has_metric, metric_header, summarize)
+                     environment_lines, has_interval, has_metric, metric_header, primary_metric, summarize)
 
 TEACHER = "teacher"
 LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_seq_per_s",
@@ -89,21 +89,26 @@ def targets_measured(comp: dict) -> list[str]:
 
 
 def table_rows(comp: dict, target: str) -> list[dict]:
-    """The comparison table for one target, fastest first (references last)."""
+    """The comparison table for one target, fastest first (references last). `score` is
+    the task's primary metric (`metric`: accuracy, or entity F1 for a tagger), which the
+    deltas, ratios, the Pareto front and the plots use."""
+    metric, _ = primary_metric(comp["records"])
     teacher = next((r for r in _ok(comp["records"], target) if r["artifact"] == TEACHER), None)
-    t_acc = teacher.get("accuracy") if teacher else None
+    t_acc = teacher.get(metric) if teacher else None
     vs_teacher = comp.get("same_run_speedups", {}).get(f"vs_{TEACHER}", {})
     refs = comp.get("references", [])
     rows = []
     for r in _ok(comp["records"], target):
-        acc = r.get("accuracy")
+        acc = r.get(metric)
         rows.append({
             "artifact": r["artifact"], "format": r.get("format"), "precision": r.get("precision"),
             "reference": r["artifact"] in refs,
-            "size_mb": r.get("size_mb"), "num_params": r.get("num_params"), "accuracy": acc, "f1": r.get("f1"),
+            "size_mb": r.get("size_mb"), "num_params": r.get("num_params"), "accuracy": r.get("accuracy"),
+            "f1": r.get("f1"), "token_accuracy": r.get("token_accuracy"), "f1_per_type": r.get("f1_per_type"),
             **{f: r.get(f) for f in CI_FIELDS},
-            "accuracy_delta_pts": None if acc is None or t_acc is None else round(100 * (acc - t_acc), 2),
-            "accuracy_vs_teacher": None if acc is None or not t_acc else round(acc / t_acc, 4),
+            "metric": metric, "score": acc,
+            "score_delta_pts": None if acc is None or t_acc is None else round(100 * (acc - t_acc), 2),
+            "score_vs_teacher": None if acc is None or not t_acc else round(acc / t_acc, 4),
             "latency_ms_p50": r.get("latency_ms_p50"), "latency_ms_p90": r.get("latency_ms_p90"),
             "latency_ms_p99": r.get("latency_ms_p99"), "throughput_seq_per_s": r.get("throughput_seq_per_s"),
             "dev_stream_seq_per_s": r.get("dev_stream_seq_per_s"),
@@ -117,15 +122,16 @@ def table_rows(comp: dict, target: str) -> list[dict]:
 
 
 def pareto_front(rows: list[dict]) -> list[str]:
-    """Artifacts no other artifact beats on both p50 latency (lower) and accuracy (higher),
-    fastest first. Rows without accuracy or latency (references) are not candidates."""
-    pts = sorted((r for r in rows if r.get("accuracy") is not None and r.get("latency_ms_p50") is not None),
-                 key=lambda r: (r["latency_ms_p50"], -r["accuracy"]))
+    """Artifacts no other artifact beats on both p50 latency (lower) and score (higher: the
+    task's primary metric), fastest first. Rows without a score or latency (references)
+    are not candidates."""
+    pts = sorted((r for r in rows if r.get("score") is not None and r.get("latency_ms_p50") is not None),
+                 key=lambda r: (r["latency_ms_p50"], -r["score"]))
     front, best = [], float("-inf")
     for r in pts:
-        if r["accuracy"] > best:
+        if r["score"] > best:
             front.append(r["artifact"])
-            best = r["accuracy"]
+            best = r["score"]
     return front
 
 
@@ -160,18 +166,21 @@ def _x(v) -> str:
 def target_table_markdown(comp: dict, target: str) -> str:
     rows = table_rows(comp, target)
     front = set(pareto_front(rows))
-    f1 = has_metric(rows, "f1")  # pair tasks only: single-sentence tasks get no empty column
-    head = ("| artifact | format | precision | size MiB | params | " + metric_header(rows, "accuracy", "accuracy")
+    metric, label = primary_metric(comp["records"])
+    # pair tasks show F1 beside accuracy; single sentences get no empty column, and a
+    # tagger's F1 is its main column already
+    f1 = metric != "f1" and has_metric(rows, "f1")
+    head = ("| artifact | format | precision | size MiB | params | " + metric_header(rows, metric, label)
             + " | Δ vs teacher (points) " + ("| " + metric_header(rows, "f1", "F1") + " " if f1 else "")
             + "| p50 ms | p90 ms | p99 ms | throughput seq/s (32×128) | dev stream sent/s | speedup vs teacher "
             "| peak RSS MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for x in rows:
         name = x["artifact"] + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] else " †")
-        acc = "n/a (random weights)" if x["reference"] else _pct_ci(x, "accuracy")
+        acc = "n/a (random weights)" if x["reference"] else _pct_ci(x, metric)
         lines.append("| " + " | ".join([
             name, _fmt(x["format"]), _fmt(x["precision"]), _fmt(x["size_mb"], 1), _fmt(x["num_params"]), acc,
-            "–" if x["accuracy_delta_pts"] is None else f"{x['accuracy_delta_pts']:+.2f}",
+            "–" if x["score_delta_pts"] is None else f"{x['score_delta_pts']:+.2f}",
             *([_pct_ci(x, "f1")] if f1 else []),
             _fmt(x["latency_ms_p50"]), _fmt(x["latency_ms_p90"]), _fmt(x["latency_ms_p99"]),
             _fmt(x["throughput_seq_per_s"], 1), _fmt(x["dev_stream_seq_per_s"], 1), _x(x["speedup_vs_teacher"]),
@@ -243,10 +252,12 @@ def write_plot_data(comp: dict, out_dir: str | Path, artifacts: list[str]) -> li
     for target in ("cpu", "gpu"):
         rows = table_rows(comp, target)
         front = set(pareto_front(rows))
-        data = [[x["artifact"], x["latency_ms_p50"], x["accuracy"], x["size_mb"], int(x["artifact"] in front)]
-                for x in rows if x["accuracy"] is not None]
+        data = [[x["artifact"], x["latency_ms_p50"], x["score"], x["size_mb"], int(x["artifact"] in front)]
+                for x in rows if x["score"] is not None]
         path = out_dir / f"accuracy_latency_{target}.csv"
-        atomic_write_text(path, _csv(["artifact", "latency_ms_p50", "accuracy", "size_mb", "pareto"], data))
+        # the score column is named after the metric (accuracy, or f1 for a tagger)
+        metric = primary_metric(comp["records"])[0]
+        atomic_write_text(path, _csv(["artifact", "latency_ms_p50", metric, "size_mb", "pareto"], data))
         written.append(path)
     for kind, x_name, file_name in (("seq", "seq_len", "latency_vs_seq_cpu.csv"),
                                     ("batch", "batch_size", "throughput_vs_batch_cpu.csv")):

@@ -12,7 +12,7 @@ import html
 import io
 
 from . import comparison as C
-from .report import CI_NOTE, _fmt, _pct_ci, has_interval, has_metric, metric_header
+from .report import CI_NOTE, _fmt, _pct_ci, has_interval, has_metric, metric_header, primary_metric
 
 FORMAT_COLORS = {"pytorch": "#1f77b4", "pytorch_int8": "#ff7f0e", "pytorch_inc": "#d62728",
                  "onnx": "#2ca02c", "openvino": "#17becf", "tensorrt": "#9467bd"}
@@ -66,23 +66,24 @@ def accuracy_latency_svg(comp: dict, target: str) -> str:
     rows = C.table_rows(comp, target)
     front = C.pareto_front(rows)
     fig, ax = plt.subplots(figsize=(7.2, 4.4))
-    scored = [r for r in rows if r["accuracy"] is not None and r["latency_ms_p50"]]
+    metric, metric_label = primary_metric(comp["records"])  # accuracy, or entity F1 for a tagger
+    scored = [r for r in rows if r["score"] is not None and r["latency_ms_p50"]]
     number = {r["artifact"]: i for i, r in enumerate(rows, 1)}  # the table's "#" column
     for r in scored:
-        if r.get("accuracy_ci95_low") is not None:  # the dev split's sampling error: which gaps are real
-            y = 100 * r["accuracy"]
-            ax.errorbar(r["latency_ms_p50"], y, yerr=[[y - 100 * r["accuracy_ci95_low"]],
-                                                      [100 * r["accuracy_ci95_high"] - y]],
+        if r.get(f"{metric}_ci95_low") is not None:  # the dev split's sampling error: which gaps are real
+            y = 100 * r["score"]
+            ax.errorbar(r["latency_ms_p50"], y, yerr=[[y - 100 * r[f"{metric}_ci95_low"]],
+                                                      [100 * r[f"{metric}_ci95_high"] - y]],
                         fmt="none", ecolor="#999", elinewidth=.8, capsize=2, zorder=1)
-        ax.scatter(r["latency_ms_p50"], 100 * r["accuracy"], s=8 + 2.2 * (r["size_mb"] or 0),
+        ax.scatter(r["latency_ms_p50"], 100 * r["score"], s=8 + 2.2 * (r["size_mb"] or 0),
                    color=FORMAT_COLORS.get(r["format"], "#777"), alpha=.75,
                    edgecolors="black" if r["artifact"] in front else "none", linewidths=1.2, zorder=3)
         # Names for the front and the teacher; the rest (often a dense cluster) by table row.
         named = r["artifact"] in front or r["artifact"] == C.TEACHER
         label = f"{number[r['artifact']]} {r['artifact']}" if named else str(number[r["artifact"]])
-        ax.annotate(label, (r["latency_ms_p50"], 100 * r["accuracy"]), fontsize=7 if named else 6.5,
+        ax.annotate(label, (r["latency_ms_p50"], 100 * r["score"]), fontsize=7 if named else 6.5,
                     color="black" if named else "#555", xytext=(4, 4), textcoords="offset points")
-    pts = [(r["latency_ms_p50"], 100 * r["accuracy"]) for r in scored if r["artifact"] in front]
+    pts = [(r["latency_ms_p50"], 100 * r["score"]) for r in scored if r["artifact"] in front]
     if pts:
         xs, ys = zip(*pts)
         ax.step(xs, ys, where="post", color="black", linestyle="--", linewidth=1, label="Pareto front", zorder=2)
@@ -97,7 +98,7 @@ def accuracy_latency_svg(comp: dict, target: str) -> str:
             ax.scatter([], [], color=color, label=fmt, s=30)
     ax.set_xscale("log")
     ax.set_xlabel(f"p50 latency, ms (batch 1, seq 128, {target}; log scale)")
-    ax.set_ylabel("dev accuracy, %")
+    ax.set_ylabel(f"dev {metric_label}, %")
     ax.grid(True, which="both", alpha=.3)
     ax.legend(fontsize=7, loc="lower right")
     return _svg(fig)
@@ -138,8 +139,9 @@ def sweep_svg(comp: dict, target: str, kind: str) -> str | None:
 def _table(comp: dict, target: str) -> str:
     rows = C.table_rows(comp, target)
     front = set(C.pareto_front(rows))
-    f1 = has_metric(rows, "f1")  # pair tasks only: single-sentence tasks get no empty column
-    head = ["#", "artifact", "format", "precision", "size MiB", "params", metric_header(rows, "accuracy", "accuracy"),
+    metric, label = primary_metric(comp["records"])
+    f1 = metric != "f1" and has_metric(rows, "f1")  # pair tasks: F1 beside accuracy; a tagger's F1 is the main column
+    head = ["#", "artifact", "format", "precision", "size MiB", "params", metric_header(rows, metric, label),
             "Δ vs teacher (points)", *([metric_header(rows, "f1", "F1")] if f1 else []),
             "p50 ms", "p90 ms", "p99 ms", "throughput seq/s (32×128)", "dev stream sent/s (real lengths)",
             "speedup vs teacher", "peak RSS MiB"]
@@ -153,8 +155,8 @@ def _table(comp: dict, target: str) -> str:
         cells = [f"<td>{i}</td>", f'<td class="l">{chip}{name}</td>', f'<td class="l">{_e(x["format"])}</td>',
                  f'<td class="l">{_e(x["precision"])}</td>', f"<td>{_fmt(x['size_mb'], 1)}</td>",
                  f"<td>{_fmt(x['num_params'])}</td>",
-                 f"<td>{'n/a (random weights)' if x['reference'] else _pct_ci(x, 'accuracy')}</td>",
-                 f"<td>{'–' if x['accuracy_delta_pts'] is None else format(x['accuracy_delta_pts'], '+.2f')}</td>",
+                 f"<td>{'n/a (random weights)' if x['reference'] else _pct_ci(x, metric)}</td>",
+                 f"<td>{'–' if x['score_delta_pts'] is None else format(x['score_delta_pts'], '+.2f')}</td>",
                  *([f"<td>{_pct_ci(x, 'f1')}</td>"] if f1 else []),
                  f"<td>{_fmt(x['latency_ms_p50'])}</td>", f"<td>{_fmt(x['latency_ms_p90'])}</td>",
                  f"<td>{_fmt(x['latency_ms_p99'])}</td>", f"<td>{_fmt(x['throughput_seq_per_s'], 1)}</td>",

@@ -1,9 +1,13 @@
 """Accuracy-aware INT8 with Intel Neural Compressor 3.x (`neural_compressor.torch`).
 
-`inc_autotune(model, eval_fn, calib_batches, cfg)` runs INC's `autotune` over an ordered
-list of INT8 configs and keeps the first whose dev accuracy is within `tolerable_loss`
-(relative) of the float baseline, the MLPerf-style "99% of FP32" bar at 0.01. The report
-lists every trial: its config, accuracy, relative loss, whether it met the goal, seconds.
+`inc_autotune(model, eval_fn, calib_batches, cfg, objective)` runs INC's `autotune` over an
+ordered list of INT8 configs and keeps the first whose dev score (`eval_fn`: the task's
+primary metric, named by `objective`: accuracy for SST-2/MRPC, entity F1 for CoNLL-2003)
+is within `tolerable_loss` (relative) of the float baseline, the MLPerf-style "99% of FP32"
+bar at 0.01. The report lists every trial: its config, score (the `accuracy` keys, kept
+for compatibility; `objective` names the metric), relative loss, whether it met the goal,
+seconds. The model is a BERT classifier or tagger (BertForTokenClassification, whose
+logits are (batch, seq, tags) and which has no pooler).
 Trials: each approach's variants (VARIANTS) in `approaches` order with the `keep_fp32`
 layers in float, then optional `fallback_fp32` trials keeping more layers in float. When
 no trial meets the goal, `on_miss="error"` (default) raises IncGoalNotMet carrying the
@@ -124,7 +128,7 @@ INC_PIP = "neural-compressor-pt==3.10"
 
 
 class IncGoalNotMet(UserError):
-    """No tried INC config met the accuracy goal; `.report` holds every trial."""
+    """No tried INC config met the goal on the objective; `.report` holds every trial."""
 
     def __init__(self, message: str, report: dict):
         super().__init__(message)
@@ -135,7 +139,8 @@ class IncGoalNotMet(UserError):
 class IncConfig:
     # Approaches in the order their variants are tried (see VARIANTS): "dynamic", "static".
     approaches: list[str] = field(default_factory=lambda: ["dynamic", "static"])
-    # Relative dev-accuracy loss allowed vs the fp32 baseline: (base - q) / base <= this.
+    # Relative loss of the dev objective (the task's primary metric) allowed vs the fp32
+    # baseline: (base - q) / base <= this.
     tolerable_loss: float = 0.01
     max_trials: int = 8  # INC stops after this many trials even if none met the goal
     calibration_rows: int = 256  # rows of the calibration batches run through observers
@@ -196,7 +201,7 @@ INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class IncInt8Classifier(torch.nn.Module):
-    """An exported (float or INT8 qdq) BERT classifier graph behind the HF calling
+    """An exported (float or INT8 qdq) BERT classifier or tagger graph behind the HF calling
     convention: `model(input_ids=..., attention_mask=..., token_type_ids=...).logits`.
     Inference only; `spec` is the INC trial it was built with (None: the float graph);
     `word_embeddings_int8` the (int8 rows, fp32 per-row scales) the graph's word-embedding
@@ -327,12 +332,18 @@ def export_classifier(model, example: tuple) -> torch.fx.GraphModule:
         raise UserError(f"torch.export of the model failed, so INC's PT2E INT8 cannot run: {e}") from None
 
 
+POOLER = "bert.pooler.dense"
+
+
 def resolve_patterns(patterns: list[str], names: list[str], key: str) -> list[str]:
     """Linear names matching any pattern (re.search); a pattern matching none is an error
-    (a typo would otherwise quantize a layer meant to stay float)."""
+    (a typo would otherwise quantize a layer meant to stay float), except one naming the
+    pooler of a model without one (a tagger): the default keep_fp32 serves both heads."""
     out = set()
     for p in patterns:
         hit = [n for n in names if re.search(p, n)]
+        if not hit and POOLER not in names and re.search(p, POOLER):
+            continue
         if not hit:
             raise UserError(f"{key} pattern {p!r} matches no Linear layer; the layers are: {', '.join(names)}")
         out.update(hit)
@@ -379,16 +390,18 @@ def plan_trials(cfg: IncConfig, linear_names: list[str]) -> list[dict]:
 # --- tuning --------------------------------------------------------------------------------
 
 def inc_autotune(model, eval_fn: Callable[[torch.nn.Module], float], calib_batches: Iterable[dict],
-                 cfg: IncConfig) -> tuple[IncInt8Classifier, dict]:
-    """Accuracy-aware INT8 of a float BertForSequenceClassification with INC's `autotune`.
+                 cfg: IncConfig, objective: str = "accuracy") -> tuple[IncInt8Classifier, dict]:
+    """Accuracy-aware INT8 of a float BertForSequenceClassification or
+    BertForTokenClassification with INC's `autotune`.
 
-    `eval_fn(model) -> float` is the dev accuracy (higher is better, > 0); it receives an
+    `eval_fn(model) -> float` is the dev score, the metric `objective` names (the task's
+    primary metric; higher is better, > 0), recorded as report["objective"]; it receives an
     `IncInt8Classifier` (callable like the HF model, with `.config`): once for the float
     baseline (the exported float graph), then once per trial. `calib_batches` are dicts of
     int64 (batch, seq) arrays or tensors (input_ids, attention_mask, token_type_ids); the
     first `cfg.calibration_rows` rows feed the observers, and the first batch is the export
     example. Trials run in `plan_trials` order; INC stops at the first that meets the goal
-    (accuracy >= baseline * (1 - tolerable_loss)) or after `max_trials`.
+    (score >= baseline * (1 - tolerable_loss)) or after `max_trials`.
 
     Returns (quantized model, report). When no trial meets the goal: `on_miss="error"`
     raises IncGoalNotMet (its `.report` is the full report), `"best"` returns the most
@@ -402,7 +415,8 @@ def inc_autotune(model, eval_fn: Callable[[torch.nn.Module], float], calib_batch
         work, emb = model, None
         if cfg.quantize_embeddings:  # a copy: the caller's model keeps its FP32 table
             work, emb = int8_word_embeddings(model)
-        return _autotune(q, work, eval_fn, _calibration(calib_batches, cfg.calibration_rows), cfg, t0, emb)
+        return _autotune(q, work, eval_fn, _calibration(calib_batches, cfg.calibration_rows), cfg, t0, emb,
+                         objective)
     finally:
         model.train(was_training)
 
@@ -420,7 +434,11 @@ def int8_word_embeddings(model) -> tuple[torch.nn.Module, tuple[torch.Tensor, to
     return work, (q, scale)
 
 
-def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float, emb=None):
+def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float, emb=None,
+              objective: str = "accuracy"):
+    from .quantize import config_with_head
+
+    config = config_with_head(model)  # names the head, so the stored artifact reloads as one
     trials = plan_trials(cfg, linear_module_names(model))
     for t in trials:
         t["inc"] = _inc_config(t["approach"], t["params"], t["fp32_modules"])
@@ -443,11 +461,11 @@ def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float, 
             if idx is None:
                 raise RuntimeError("INC evaluated a graph built with none of the planned configs")
         with torch.no_grad():
-            acc = eval_fn(IncInt8Classifier(graph, model.config, None if idx is None else _public(trials[idx])))
+            acc = eval_fn(IncInt8Classifier(graph, config, None if idx is None else _public(trials[idx])))
         if not isinstance(acc, (int, float, np.floating)) or not math.isfinite(float(acc)):
             raise UserError(f"eval_fn must return a finite number, got {acc!r}")
         if not evals and float(acc) <= 0:
-            raise UserError(f"the float baseline scored {acc}; the accuracy goal is relative to it, "
+            raise UserError(f"the float baseline scored {acc} ({objective}); the goal is relative to it, "
                             "so eval_fn must return a positive score (higher is better)")
         evals.append((float(acc), time.perf_counter(), idx))
         return float(acc)
@@ -473,8 +491,9 @@ def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float, 
     if qgm is None or list(qgm.qconfig.values())[0] != best["inc"]:
         raise RuntimeError("INC autotune returned a model that is not the chosen trial's; "
                            f"INC {versions().get('neural-compressor-pt')} may have changed its tuning loop")
-    qmodel = IncInt8Classifier(qgm, model.config, _public(best), emb)
+    qmodel = IncInt8Classifier(qgm, config, _public(best), emb)
     report = {
+        "objective": objective,  # the metric every "accuracy" key below holds
         "baseline_accuracy": baseline,
         "tolerable_loss": cfg.tolerable_loss,
         "goal_accuracy": goal,
@@ -496,7 +515,7 @@ def _autotune(q, model, eval_fn, calib: list[tuple], cfg: IncConfig, t0: float, 
     if not met and cfg.on_miss == "error":
         tried = "; ".join(f"{r['name']} {r['accuracy']:.4f}" for r in records)
         raise IncGoalNotMet(
-            f"no INC INT8 config met the accuracy goal >= {goal:.4f} (baseline {baseline:.4f}, "
+            f"no INC INT8 config met the {objective} goal >= {goal:.4f} (baseline {baseline:.4f}, "
             f"tolerable_loss {cfg.tolerable_loss}); tried {tried}. Raise tolerable_loss or "
             "max_trials, add fallback_fp32 patterns, or set on_miss: best to keep the best one",
             report)
@@ -540,9 +559,9 @@ def _probe(config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def _float_model(qmodel: IncInt8Classifier):
-    from transformers import BertForSequenceClassification
+    from .models import head_class, kind_of
 
-    hf = BertForSequenceClassification(qmodel.config)
+    hf = head_class(kind_of(qmodel.config))(qmodel.config)
     keys = set(hf.state_dict())
     sd = {k: v for k, v in qmodel.gm.state_dict().items() if k in keys}
     missing = sorted(keys - set(sd))
@@ -722,9 +741,9 @@ def load_inc_int8(path: str | Path) -> tuple[IncInt8Classifier, Any, dict]:
     """Rebuild a model stored by `save_inc_int8` -> (model, tokenizer, meta); verified
     against the stored int8 weights, the weight-scale hash and the probe logits. Nothing
     is unpickled."""
-    from transformers import BertConfig, BertForSequenceClassification
+    from transformers import BertConfig
 
-    from .models import load_tokenizer
+    from .models import head_class, kind_of, load_tokenizer
 
     path = Path(path)
     meta_path = path / META_FILE
@@ -736,7 +755,8 @@ def load_inc_int8(path: str | Path) -> tuple[IncInt8Classifier, Any, dict]:
                         "re-run the INC stage")
     rerun = (f"it was saved with {meta.get('versions')}, this environment has {versions()}; "
              "re-run the INC stage to rebuild it here")
-    hf = BertForSequenceClassification(BertConfig.from_pretrained(path)).eval()  # weights below
+    config = BertConfig.from_pretrained(path)
+    hf = head_class(kind_of(config))(config).eval()  # the head config.json names; weights below
     sd, stored, emb = _float_state_dict(path, meta, hf.state_dict())
     hf.load_state_dict(sd, strict=True)
     tokenizer = load_tokenizer(path)

@@ -5,7 +5,8 @@ transformer fusions (attention, embedding + LayerNorm, skip + LayerNorm, bias + 
 1. exports with the TorchScript exporter (opset 17): its graph is the one ONNX Runtime's
    fusion patterns are written for (the dynamo exporter's is not fused by
    `onnxruntime.transformers.optimizer` today). Attention runs the eager implementation
-   during export for the same reason. Batch and sequence axes are dynamic.
+   during export for the same reason. Batch and sequence axes are dynamic, on the inputs
+   and on the logits of a tagger, (batch, sequence, tags); a classifier's are (batch, labels).
 2. `onnx.checker.check_model(full_check=True)`; the file must hold all its weights (no
    external data): BERT-sized models are far below protobuf's 2 GiB limit.
 3. optionally fuses the graph (`optimize: true`) and records how many fused Attention
@@ -14,7 +15,8 @@ transformer fusions (attention, embedding + LayerNorm, skip + LayerNorm, bias + 
 4. parity: real dev sentences at several (batch, seq) shapes, padded batches and a
    sequence longer than the export example included, through PyTorch and through ONNX
    Runtime (the raw export and the fused graph); the stage fails when the max absolute
-   logit difference exceeds `parity_atol`. The differences go into the report.
+   logit difference exceeds `parity_atol`. The differences go into the report. A tagger
+   is compared at every real token (attention_mask 1); padding positions are meaningless.
 
 The artifact directory holds `model.onnx` (the fused graph when optimize is on), config.json
 and the tokenizer files, so the ONNX Runtime runner needs nothing else.
@@ -144,13 +146,14 @@ def run_session(session, batch: dict[str, np.ndarray]) -> np.ndarray:
 
 # --- export ------------------------------------------------------------------------------
 
-def _export_torchscript(model, path: Path, cfg: ExportConfig) -> None:
+def _export_torchscript(model, path: Path, cfg: ExportConfig, kind: str = "sequence") -> None:
     b, s = cfg.example_shape
     ids = torch.full((b, s), 1000, dtype=torch.long)
     mask = torch.ones_like(ids)
     mask[0, s // 2:] = 0  # a padded row, so masking is part of the traced graph
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
-    axes["logits"] = {0: "batch"}
+    # a tagger's logits are per token: without a dynamic axis 1 the traced seq would be fixed
+    axes["logits"] = {0: "batch", 1: "sequence"} if kind == "token" else {0: "batch"}
     torch.onnx.export(model, (ids, mask, torch.zeros_like(ids)), str(path), dynamo=False,
                       opset_version=cfg.opset, input_names=INPUT_NAMES, output_names=["logits"],
                       dynamic_axes=axes, do_constant_folding=True)
@@ -185,32 +188,49 @@ def torch_logits(model, batch: dict[str, np.ndarray]) -> np.ndarray:
         return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.float().numpy()
 
 
+def real_tokens(logits: np.ndarray, batch: dict[str, np.ndarray]) -> np.ndarray:
+    """A classifier's logits (batch, labels) as they are; a tagger's (batch, seq, tags) at
+    the real tokens only (attention_mask 1), (tokens, tags): what a padding position
+    outputs is never used, so it is not compared either."""
+    if logits.ndim == 2:
+        return logits
+    return logits[batch["attention_mask"] == 1]
+
+
 def parity(session, model, batches: list[dict[str, np.ndarray]]) -> dict:
-    """Max |logit difference| per shape between ONNX Runtime and PyTorch, and argmax agreement."""
-    per_shape, agree, total = {}, 0, 0
+    """Max |logit difference| per shape between ONNX Runtime and PyTorch, and argmax
+    agreement: per row for a classifier, per real token for a tagger (`real_tokens`)."""
+    per_shape, agree, total, tagger = {}, 0, 0, False
     for batch in batches:
         a, b = run_session(session, batch), torch_logits(model, batch)
+        tagger = a.ndim == 3
+        a, b = real_tokens(a, batch), real_tokens(b, batch)
         bsz, seq = batch["input_ids"].shape
         per_shape[f"b{bsz}_s{seq}"] = float(np.abs(a - b).max())
         agree += int((a.argmax(1) == b.argmax(1)).sum())
-        total += bsz
-    return {"max_abs_diff": max(per_shape.values()), "per_shape": per_shape, "argmax_agreement": agree / total}
+        total += len(a)  # rows, or real tokens
+    out = {"max_abs_diff": max(per_shape.values()), "per_shape": per_shape, "argmax_agreement": agree / total}
+    if tagger:  # what the agreement is a share of
+        out["real_tokens"] = total
+    return out
 
 
 def export_onnx(model_dir: str | Path, out_dir: str | Path, cfg: ExportConfig, prepared: Prepared,
                 plain_out_dir: str | Path | None = None) -> dict:
-    """The `export_onnx` verb: a validated ONNX FP32 artifact of a saved PyTorch classifier.
+    """The `export_onnx` verb: a validated ONNX FP32 artifact of a saved PyTorch classifier
+    or tagger (the head its config.json names).
 
     plain_out_dir: also keep the unfused export there (standard ONNX ops only), the input
     TensorRT needs: it cannot parse ONNX Runtime's com.microsoft fused ops."""
-    from transformers import BertForSequenceClassification
+    from transformers import BertConfig
 
-    from .models import check_safetensors_dir, load_tokenizer
+    from .models import check_safetensors_dir, head_class, kind_of, load_tokenizer
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     check_safetensors_dir(model_dir)
     torch.set_num_threads(cfg.threads)
-    model = BertForSequenceClassification.from_pretrained(
+    kind = kind_of(BertConfig.from_pretrained(model_dir))
+    model = head_class(kind).from_pretrained(
         model_dir, use_safetensors=True, attn_implementation="eager").eval()
     tokenizer = load_tokenizer(model_dir)
     batches = parity_batches(prepared, tokenizer, cfg.parity_shapes)
@@ -218,7 +238,7 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, cfg: ExportConfig, p
     with atomic_dir(out_dir) as tmp:
         raw = tmp / "raw.onnx"
         t0 = time.perf_counter()
-        _export_torchscript(model, raw, cfg)
+        _export_torchscript(model, raw, cfg, kind)
         summary["export_s"] = round(time.perf_counter() - t0, 2)
         check_onnx_file(raw)
         summary["parity_raw"] = parity(cpu_session(raw, cfg.threads), model, batches)

@@ -35,6 +35,11 @@ TorchScript exporter carry the module path (`/bert/encoder/layer.0/intermediate/
 and fused nodes their op (`Attention_0`), which is how a node maps to a group;
 `quantized_groups(path)` reads a quantized graph back so tests can check it obeys
 the config.
+
+A tagger (BertForTokenClassification) has no pooler (`pooler` in keep_float then keeps
+nothing) and its classifier, run on every position, exports as MatMul + Add under
+`/classifier/`, the same group; its logits are (batch, seq, tags) and the runner returns
+them as they are (the harness takes the scored positions, compress.tokens).
 """
 from __future__ import annotations
 

@@ -23,6 +23,13 @@ split, disjoint from the calibration rows. When plain PTQ loses more than
 `accuracy_control_max_drop` (relative), `nncf.quantize_with_accuracy_control` re-quantizes
 on the same data, reverting the most harmful layers to float until the drop is within the
 bound. Which route was taken, and the drops seen, go into openvino.json and the report.
+The metric (`validate`, NNCF's validation_fn: an aggregate and one value per item) is
+accuracy, 1/0 per row, for a classifier. For a tagger the aggregate is the task's primary
+metric, entity F1 over the validation sentences' kept words (compress.ner, conlleval
+rules), and an item's value is the share of its words tagged right (each word's first
+piece): NNCF picks the items where INT8 and FP32 differ most by that value and ranks
+layers by the aggregate on them. The summary's `accuracy_*` fields then hold entity F1
+and `metric` says so.
 
 Embeddings: the word-embedding table is two thirds of the student's weights (30522 x 384),
 so an artifact with a float table cannot be small. NNCF 3.x quantizes Gather weights itself
@@ -35,7 +42,8 @@ stored as, for the summary and the tests.
 
 Parity: each IR runs real dev batches through the runner (the exact runtime configuration
 that is measured) beside ONNX Runtime FP32 on the plain export; max |logit difference| and
-argmax agreement are recorded per IR; only FP32 is gated.
+argmax agreement are recorded per IR; only FP32 is gated. A tagger's logits are compared
+at every real token (attention_mask 1), compress.onnx_export.real_tokens.
 
 Runtime (`OpenVinoRunner`): one compiled model per artifact with dynamic batch and sequence
 axes (the CPU plugin caches per-shape kernels), INFERENCE_NUM_THREADS pinned to the
@@ -277,7 +285,9 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     summary says so). Each row is one item (batch 1, its own length): NNCF collects
     statistics per item, and batch-1 items are the per-sample metric accuracy control ranks by.
 
-    Returns (calibration inputs, validation items {"inputs", "label"}, a description)."""
+    Returns (calibration inputs, validation items, a description). A classifier's items are
+    {"inputs", "label"}; a tagger's {"inputs", "tags"}, tags (1, seq) the gold tag of each
+    scored piece and IGNORE elsewhere (compress.tokens.Encoded.batch_labels)."""
     from .tokens import collate, encode
 
     train = Prepared.open(prepared_root).split("train")
@@ -287,7 +297,12 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     enc = encode(tokenizer, [train[i] for i in calib + val], cfg.max_length)
     items = [collate(enc, [j]) for j in range(len(enc))]
     calibration = items[: len(calib)]
-    validation = [{"inputs": items[len(calib) + j], "label": int(enc.labels[len(calib) + j])} for j in range(len(val))]
+    if enc.token_level:
+        validation = [{"inputs": items[k], "tags": enc.batch_labels([k], items[k]["input_ids"].shape[1])}
+                      for k in range(len(calib), len(calib) + len(val))]
+    else:
+        validation = [{"inputs": items[len(calib) + j], "label": int(enc.labels[len(calib) + j])}
+                      for j in range(len(val))]
     info = {"split": "train", "train_rows": len(train), "calibration_rows": len(calib), "validation_rows": len(val),
             "validation_overlaps_calibration": val is calib, "seed": cfg.seed}
     return calibration, validation, info
@@ -298,13 +313,27 @@ def _feed(request_inputs: list[str], batch: dict[str, np.ndarray]) -> dict[str, 
 
 
 def validate(compiled, items) -> tuple[float, list[float]]:
-    """Accuracy over validation items, and 1/0 per item: NNCF's validation_fn contract."""
+    """NNCF's validation_fn contract: the metric over the validation items and one value
+    per item. Classifier items ("label"): accuracy, and 1/0 per item. Tagger items ("tags"):
+    entity F1 over the items' kept words, and per item the share of its words tagged right
+    (a sentence whose words were all cut by truncation scores 1: it has nothing to lose)."""
+    from .ner import IGNORE, entity_metrics
+
     names = [i.any_name for i in compiled.inputs]
     request = compiled.create_infer_request()
-    correct = []
+    correct, gold, pred = [], [], []
     for item in items:
         logits = request.infer(_feed(names, item["inputs"]))[compiled.output(0)]
+        if "tags" in item:  # (1, seq, tags): the scored pieces only
+            keep = item["tags"] != IGNORE
+            g, p = item["tags"][keep], np.argmax(logits[keep], -1)
+            gold.append(g.tolist())
+            pred.append(p.tolist())
+            correct.append(float((g == p).mean()) if len(g) else 1.0)
+            continue
         correct.append(float(int(np.argmax(logits[0])) == item["label"]))
+    if gold:
+        return float(entity_metrics(gold, pred)["f1"]), correct
     return (float(np.mean(correct)) if correct else 0.0), correct
 
 
@@ -421,6 +450,8 @@ def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoCo
     summary["approach"] = "accuracy_control" if cfg.accuracy_control == "always" else "ptq"
     summary["validation"] = {"rows": len(validation), "accuracy_fp32": acc["fp32"],
                              "accuracy_int8": acc["int8"], "relative_drop": round(drop, 6)}
+    if validation and "tags" in validation[0]:  # a tagger's items: see `validate`
+        summary["validation"]["metric"] = "entity_f1"
     if cfg.accuracy_control == "auto" and drop > cfg.accuracy_control_max_drop:
         summary["ptq_validation"] = dict(summary["validation"])
         t0 = time.perf_counter()
@@ -467,28 +498,36 @@ def build_openvino(onnx_dir: str | Path, fp32_dir: str | Path, int8_dir: str | P
 def parity_check(ir_dir: str | Path, precision: str, onnx_path: str | Path,
                  batches: list[dict[str, np.ndarray]], threads: int) -> dict:
     """The IR run as `precision` by the runner vs ONNX Runtime FP32 on onnx_path: max
-    |logit difference| (overall and per shape) and argmax agreement."""
+    |logit difference| (overall and per shape) and argmax agreement, per row for a
+    classifier, per real token for a tagger (onnx_export.real_tokens; their count is
+    `real_tokens`)."""
     from tqdm.auto import tqdm
 
-    from .onnx_export import cpu_session, run_session
+    from .onnx_export import cpu_session, real_tokens, run_session
     from .runners import Artifact
 
     ir_dir = Path(ir_dir)
     runner = OpenVinoRunner(Artifact(ir_dir.name, ir_dir, "openvino", precision), "cpu", threads)
     session = cpu_session(onnx_path, threads)
-    per_shape, agree, rows = {}, 0, 0
+    per_shape, agree, rows, compared, tagger = {}, 0, 0, 0, False
     for batch in tqdm(batches, desc=f"{ir_dir.name}/{precision} parity", unit="batch", leave=False):
         ref, got = run_session(session, batch), runner(batch)
+        tagger = ref.ndim == 3
+        ref, got = real_tokens(ref, batch), real_tokens(got, batch)
         bsz, seq = batch["input_ids"].shape
         diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
         key = f"b{bsz}_s{seq}"
         per_shape[key] = max(per_shape.get(key, 0.0), float(diff.max()) if np.isfinite(diff).all() else float("inf"))
         agree += int((got.argmax(1) == ref.argmax(1)).sum())
         rows += bsz
+        compared += len(got)  # rows, or real tokens
     if rows == 0:
         raise UserError("parity_check needs at least one non-empty batch")
-    return {"max_abs_diff": max(per_shape.values()), "per_shape": per_shape, "argmax_agreement": agree / rows,
-            "rows": rows, "backend": runner.backend}
+    out = {"max_abs_diff": max(per_shape.values()), "per_shape": per_shape, "argmax_agreement": agree / compared,
+           "rows": rows, "backend": runner.backend}
+    if tagger:
+        out["real_tokens"] = compared
+    return out
 
 
 # --- runner ------------------------------------------------------------------------------

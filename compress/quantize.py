@@ -1,4 +1,4 @@
-"""Dynamic INT8 of a BERT classifier in PyTorch with torchao, and its safe storage.
+"""Dynamic INT8 of a BERT classifier or tagger in PyTorch with torchao, and its safe storage.
 
 `quantize(model, cfg)` applies torchao's `Int8DynamicActivationInt8WeightConfig` to the
 chosen nn.Linear layers: INT8 weights (symmetric, one scale per output channel by
@@ -6,7 +6,8 @@ default, `per_channel: false` for one per tensor), activations quantized on the 
 token (symmetric INT8), INT32 accumulation (`torch._int_mm`), FP32 out. It replaces the
 `torch.ao` `quantize_dynamic` route, whose quantized tensors PyTorch 2.13 deprecates.
 LayerNorm always stays in float; which Linear groups stay in float (attention, ffn,
-pooler, classifier) is `keep_float`. The former `engine` param (torch.backends.quantized
+pooler, classifier) is `keep_float` (a tagger, BertForTokenClassification, has no pooler:
+`pooler` names nothing there). The former `engine` param (torch.backends.quantized
 .engine) is gone: torchao chooses its CPU path itself (s8s8 `_int_mm` with AMX, u8s8 on
 AVX512-VNNI without it); a params file still naming `engine` is refused as an unknown key.
 
@@ -45,11 +46,12 @@ never loads. So an artifact stores plain tensors in safetensors and is rebuilt f
     config.json, tokenizer files
 
 `load_dynamic_int8(dir)` checks the file hash, builds the float architecture from
-config.json (random init, no weights read yet), quantizes exactly the recorded modules
-with the recorded torchao config, loads every tensor from safetensors (shapes and dtypes
-checked; nothing is unpickled), then verifies that every rebuilt INT8 weight holds exactly
-the stored int8 data, scales and zero points and that the probe logits match. The rebuilt
-model gives bit-identical logits to the one that was saved (tests check it).
+config.json (the head its `architectures` names, compress.models.kind_of; random init, no
+weights read yet), quantizes exactly the recorded modules with the recorded torchao
+config, loads every tensor from safetensors (shapes and dtypes checked; nothing is
+unpickled), then verifies that every rebuilt INT8 weight holds exactly the stored int8
+data, scales and zero points and that the probe logits match. The rebuilt model gives
+bit-identical logits to the one that was saved (tests check it).
 """
 from __future__ import annotations
 
@@ -64,14 +66,15 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import BertConfig, BertForSequenceClassification
+from transformers import BertConfig
 
 from .config import check
 from .errors import UserError
 from .io import atomic_dir
-from .models import load_saved, load_tokenizer
+from .models import HEADS, head_class, kind_of, load_saved, load_tokenizer
 
-# Module groups of a BertForSequenceClassification, by module name.
+# Module groups of a BertForSequenceClassification or BertForTokenClassification (which has
+# no pooler), by module name.
 GROUPS = {
     "embeddings": re.compile(r"^bert\.embeddings\."),
     "attention": re.compile(r"^bert\.encoder\.layer\.\d+\.attention\."),
@@ -209,7 +212,10 @@ def quantize(model: torch.nn.Module, cfg: QuantizeConfig) -> torch.nn.Module:
     """A dynamically quantized copy of `model` (the float model is left untouched)."""
     names = quantizable_linears(model, cfg.keep_float)
     if not names:
-        raise ValueError(f"keep_float {cfg.keep_float} leaves no Linear layer to quantize")
+        # e.g. only `pooler` left to quantize, on a tagger, which has none
+        no_pooler = not any(group_of(n) == "pooler" for n, _ in model.named_modules())
+        raise ValueError(f"keep_float {cfg.keep_float} leaves no Linear layer to quantize"
+                         + (" (this model has no pooler)" if no_pooler and "pooler" not in cfg.keep_float else ""))
     q = _quantize_names(copy.deepcopy(model).eval(), names, cfg.per_channel)
     if cfg.quantize_embeddings:
         _swap_word_embeddings(q, from_float=True)
@@ -252,6 +258,19 @@ def _int8_tensors(name: str, weight) -> dict[str, torch.Tensor]:
     return out
 
 
+def config_with_head(model: torch.nn.Module):
+    """The model's config, naming its head in `architectures` so that a loader rebuilds the
+    same class (compress.models.kind_of): a copy with `architectures` set when it names
+    none or another head (a tagger built in code), else the config itself, so a classifier's
+    config.json is written exactly as before."""
+    kind = next((k for k, cls in HEADS.items() if isinstance(model, cls)), None)
+    if kind is None or kind_of(model.config) == kind:
+        return model.config
+    config = copy.deepcopy(model.config)
+    config.architectures = [type(model).__name__]
+    return config
+
+
 def save_dynamic_int8(qmodel: torch.nn.Module, tokenizer, out_dir: str | Path, route: str,
                       extra: dict | None = None) -> None:
     """Write a model from `quantize` as safetensors + JSON (no pickle)."""
@@ -279,7 +298,7 @@ def save_dynamic_int8(qmodel: torch.nn.Module, tokenizer, out_dir: str | Path, r
             "probe": {k: v.tolist() for k, v in probe.items()} | {"logits": logits.tolist()},
             "versions": _versions(), **(extra or {})}
     with atomic_dir(out_dir) as tmp:
-        qmodel.config.save_pretrained(tmp)
+        config_with_head(qmodel).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         meta["sha256"] = {"model.safetensors": _sha256(tmp / "model.safetensors")}
@@ -313,7 +332,7 @@ def load_dynamic_int8(path: str | Path) -> tuple[torch.nn.Module, object, dict]:
         raise UserError(f"{st}: sha256 does not match the one in quantization.json; the file changed "
                          "after it was written (re-run the quantize stage)")
     config = BertConfig.from_pretrained(path)
-    model = BertForSequenceClassification(config).eval()  # architecture only; weights below
+    model = head_class(kind_of(config))(config).eval()  # architecture only; weights below
     tensors = load_file(str(st))
     names = meta["quantized_modules"]
     for n in names:
@@ -382,7 +401,8 @@ def count_int8_parameters(model: torch.nn.Module) -> int:
 
 
 class TorchInt8Runner:
-    """PyTorch dynamic INT8 (torchao) on the CPU, run eagerly (see the module docstring)."""
+    """PyTorch dynamic INT8 (torchao) on the CPU, run eagerly (see the module docstring):
+    logits (batch, labels) of a classifier, (batch, seq, tags) of a tagger."""
     backend = "pytorch-cpu"
 
     def __init__(self, artifact, target: str, threads: int):

@@ -204,6 +204,17 @@ def _pct_ci(r: dict, metric: str) -> str:
     return f"{100 * v:.2f}% [{100 * low:.1f}–{100 * high:.1f}]"
 
 
+def primary_metric(records: list[dict]) -> tuple[str, str]:
+    """(metric, label) that records of this task are ranked by: accuracy for the GLUE
+    classifiers, entity F1 for a tagger (compress.data.Task.primary_metric)."""
+    from .data import TASKS
+
+    task = next((TASKS.get(r.get("task")) for r in records if r.get("task") in TASKS), None)
+    if task is None or task.primary_metric == "accuracy":
+        return "accuracy", "accuracy"
+    return task.primary_metric, ("entity F1" if task.token_level else "F1")
+
+
 def has_metric(records: list[dict], metric: str) -> bool:
     """True when any record reports `metric` (F1: pair tasks only): its column is shown."""
     return any(r.get(metric) is not None for r in records)
@@ -228,8 +239,9 @@ def metric_header(records: list[dict], metric: str, label: str) -> str:
 
 
 def records_table(records: list[dict]) -> str:
-    f1 = has_metric(records, "f1")  # single-sentence tasks get no empty F1 column
-    head = ("| artifact | target | status | format | precision | " + metric_header(records, "accuracy", "accuracy")
+    metric, label = primary_metric(records)  # accuracy, or entity F1 for a tagger
+    f1 = metric != "f1" and has_metric(records, "f1")  # single-sentence tasks get no empty F1 column
+    head = ("| artifact | target | status | format | precision | " + metric_header(records, metric, label)
             + (" | " + metric_header(records, "f1", "F1") if f1 else "") + " | agreement with parent "
             "| p50 ms (1×128) "
             "| p99 ms (1×128) | throughput seq/s (32×128) | dev stream sent/s | size MiB | params | peak RSS MiB "
@@ -239,7 +251,7 @@ def records_table(records: list[dict]) -> str:
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
         lines.append("| " + " | ".join([
             r["artifact"], r["target"], status, _fmt(r.get("format")), _fmt(r.get("precision")),
-            _pct_ci(r, "accuracy"), *([_pct_ci(r, "f1")] if f1 else []),
+            _pct_ci(r, metric), *([_pct_ci(r, "f1")] if f1 else []),
             (f"{_pct(r['agreement_with_parent'])} vs {r['parent']}" if r.get("agreement_with_parent") is not None
              else "–"),
             _fmt(r.get("latency_ms_p50")), _fmt(r.get("latency_ms_p99")),

@@ -37,7 +37,7 @@ from pathlib import Path
 from .config import check
 from .data import sha256_file
 from .io import atomic_dir
-from .report import _pct_ci, has_interval
+from .report import _pct_ci, has_interval, primary_metric
 from .runners import artifact_dir
 
 TEACHER = "teacher"
@@ -82,6 +82,7 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
     records = [r for r in comparison["records"] if r["target"] == policy.target]
     teacher = next((r for r in records if r["artifact"] == TEACHER and r["status"] == "ok"), None)
     teacher_acc = teacher["accuracy"] if teacher else None
+    metric, label = primary_metric(records)  # accuracy; entity F1 for a tagger (no accuracy of rows)
     rejected, survivors = [], []
     for r in records:
         name = r["artifact"]
@@ -89,8 +90,8 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
             rejected.append({"artifact": name, "rule": "excluded", "detail": "listed in select.exclude"})
         elif r["status"] != "ok":
             rejected.append({"artifact": name, "rule": "not_measured", "detail": f"{r['status']}: {r['reason']}"})
-        elif r.get("accuracy") is None:
-            rejected.append({"artifact": name, "rule": "no_accuracy", "detail": "no accuracy measured"})
+        elif r.get(metric) is None:
+            rejected.append({"artifact": name, "rule": "no_accuracy", "detail": f"no {label} measured"})
         elif (failed := _floor_failure(r, teacher, policy)) is not None:
             rejected.append({"artifact": name, **failed})
         elif r.get("latency_ms_p50") is None:
@@ -158,7 +159,7 @@ def _at(policy: SelectPolicy) -> str:
 
 def _floor_failure(r: dict, teacher: dict | None, policy: SelectPolicy) -> dict | None:
     """The first floor `r` fails, as {"rule", "detail"}, or None when it keeps them all."""
-    if teacher is None or teacher.get("accuracy") is None:
+    if teacher is None or teacher.get(primary_metric([teacher])[0]) is None:
         metric = policy.floor_metrics[0]
         return {"rule": f"{metric}_floor",
                 "detail": f"no teacher {FLOOR_METRICS[metric]} on {policy.target} to compare with"}
@@ -201,7 +202,7 @@ def model_card(selection: dict, environment: dict) -> str:
     p = selection["policy"]
     libs = ", ".join(f"{k} {v}" for k, v in environment.get("libraries", {}).items() if v)
     load = {
-        "pytorch": "compress.models.load_saved(path)  # BertForSequenceClassification + tokenizer",
+        "pytorch": "compress.models.load_saved(path)  # BertFor{Sequence,Token}Classification + tokenizer",
         "pytorch_int8": "compress.quantize.load_dynamic_int8(path)  # rebuilt from safetensors, no pickle",
         "pytorch_inc": "compress.inc.load_inc_int8(path)  # rebuilt and verified, no pickle",
         "onnx": "onnxruntime.InferenceSession(path + '/model.onnx')  # inputs input_ids, attention_mask, token_type_ids",
@@ -232,7 +233,9 @@ def model_card(selection: dict, environment: dict) -> str:
         f"- {r['num_params']:,} parameters, {r['size_mb']:.1f} MiB of weights",
         "",
         "## Metrics (task " + str(r.get("task")) + ", dev split)",
-        f"- accuracy {_pct_ci(r, 'accuracy')}" + (f", F1 {_pct_ci(r, 'f1')}" if r.get("f1") is not None else "")
+        (f"- accuracy {_pct_ci(r, 'accuracy')}" + (f", F1 {_pct_ci(r, 'f1')}" if r.get("f1") is not None else "")
+         if r.get("accuracy") is not None else f"- entity F1 {_pct_ci(r, 'f1')}"
+         + (f", word tag accuracy {r['token_accuracy']:.2%}" if r.get("token_accuracy") is not None else ""))
         + (f" ({kept} of the teacher's)" if kept else "")
         + ("; brackets: 95% bootstrap interval over the dev rows" if has_interval([r]) else ""),
         f"- latency p50 {r['latency_ms_p50']:.2f} ms, p99 {r['latency_ms_p99']:.2f} ms at batch 1, seq 128; "

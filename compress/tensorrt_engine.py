@@ -185,7 +185,8 @@ def resolve_onnx(path: str | Path) -> Path:
 
 
 def onnx_num_labels(onnx_path: str | Path) -> int | None:
-    """The logits' last dimension when the graph states it."""
+    """The logits' last dimension when the graph states it: the labels of a classifier's
+    (batch, labels) and the tags of a tagger's (batch, seq, tags) alike."""
     import onnx
 
     model = onnx.load(str(onnx_path), load_external_data=False)
@@ -504,13 +505,22 @@ def _torch_dtype(trt, dtype) -> torch.dtype:
     return table[dtype]
 
 
+def unpad_logits(logits, rows: int, seq: int, token_level: bool):
+    """Drop what TrtRunner._fit added to reach the profile's min shape: the copied rows,
+    and for a tagger's (batch, seq, tags) also the padded positions (a classifier's
+    (batch, labels) has no seq axis to cut)."""
+    return logits[:rows, :seq] if token_level else logits[:rows]
+
+
 class TrtRunner:
     """A TensorRT engine on the GPU (the runner interface of compress.runners).
 
-    Batches larger than the engine's max batch are run in chunks; a batch shorter or
-    smaller than its min shape is padded (padding tokens with mask 0, extra rows copied
-    from the first) and the padding dropped from the logits. A sequence longer than the
-    max shape is an error: rebuild with a larger tensorrt.max_shape."""
+    The output is a classifier's (batch, labels) or a tagger's (batch, seq, tags), told
+    apart by the engine's output rank. Batches larger than the engine's max batch are run
+    in chunks; a batch shorter or smaller than its min shape is padded (padding tokens with
+    mask 0, extra rows copied from the first) and the padding dropped from the logits. A
+    sequence longer than the max shape is an error: rebuild with a larger
+    tensorrt.max_shape."""
     backend = "tensorrt"
 
     def __init__(self, artifact: Artifact, target: str, threads: int):
@@ -546,6 +556,10 @@ class TrtRunner:
         self._output = outputs[0]
         self._dtypes = {n: _torch_dtype(trt, engine.get_tensor_dtype(n)) for n in names}
         out_shape = engine.get_tensor_shape(self._output)
+        if len(out_shape) not in (2, 3):
+            raise RuntimeError(f"{path / ENGINE_FILE}: output {self._output} has shape {tuple(out_shape)}; expected "
+                               "(batch, labels) or a tagger's (batch, seq, tags)")
+        self._token_level = len(out_shape) == 3
         labels = out_shape[len(out_shape) - 1]
         if labels <= 0:
             labels = meta.get("num_labels") or len(json.loads((path / "config.json").read_text())["id2label"])
@@ -566,7 +580,8 @@ class TrtRunner:
             raise ValueError(f"sequence length {seq} exceeds this engine's max_shape seq {self._max[1]} "
                              "(rebuild with a larger tensorrt.max_shape)")
         if n == 0:
-            return np.zeros((0, self.num_labels), dtype=np.float32)
+            shape = (0, seq, self.num_labels) if self._token_level else (0, self.num_labels)
+            return np.zeros(shape, dtype=np.float32)
         step = self._max[0]
         if n <= step:
             return self._run(batch)
@@ -589,10 +604,15 @@ class TrtRunner:
             out[name] = np.ascontiguousarray(a)
         return out
 
-    @torch.inference_mode()
     def _run(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        n = batch["input_ids"].shape[0]
-        batch = self._fit(batch)
+        n, seq = batch["input_ids"].shape
+        return unpad_logits(self._execute(self._fit(batch)), n, seq, self._token_level)
+
+    @torch.inference_mode()
+    def _execute(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        """The engine's output for a batch within its profile, on the CPU. The output
+        buffer takes the shape the context derives from the input shapes: (batch, labels),
+        or (batch, seq, tags) for a tagger."""
         with torch.cuda.stream(self._stream):
             buffers = {}  # kept alive until the copy back below has synchronised the stream
             for name in self._inputs:
@@ -607,7 +627,7 @@ class TrtRunner:
             self._context.set_tensor_address(self._output, out.data_ptr())
             if not self._context.execute_async_v3(self._stream.cuda_stream):
                 raise RuntimeError("TensorRT execute_async_v3 failed (see the TensorRT log above)")
-            logits = out[:n].float().cpu().numpy()  # .cpu() waits for this stream
+            logits = out.float().cpu().numpy()  # .cpu() waits for this stream
         return logits
 
     def synchronize(self) -> None:
@@ -616,9 +636,29 @@ class TrtRunner:
 
 # --- parity against ONNX Runtime ---------------------------------------------------------
 
+def compared_logits(got: np.ndarray, ref: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The logits a parity check compares, (n, labels) each: a classifier's rows as they
+    are; a tagger's (batch, seq, tags) at its real tokens only (attention_mask 1), since
+    what a padded position outputs is never used and may differ freely."""
+    if got.shape != ref.shape:
+        raise ValueError(f"logits of shape {got.shape} vs the reference's {ref.shape}")
+    if got.ndim == 2:
+        return got, ref
+    if got.ndim != 3:
+        raise ValueError(f"logits of shape {got.shape}: expected (batch, labels) or (batch, seq, tags)")
+    mask = batch.get("attention_mask")
+    real = np.ones(got.shape[:2], dtype=bool) if mask is None else np.asarray(mask) != 0
+    if real.shape != got.shape[:2]:
+        raise ValueError(f"attention_mask of shape {real.shape} does not match the logits' (batch, seq) "
+                         f"{got.shape[:2]}")
+    return got[real], ref[real]
+
+
 def parity_check(engine_dir: str | Path, onnx_path: str | Path, batches: Iterable[dict[str, np.ndarray]],
                  atol: float) -> dict:
-    """Compare the engine's logits with ONNX Runtime CPU FP32 on the FP32 export."""
+    """Compare the engine's logits with ONNX Runtime CPU FP32 on the FP32 export: every
+    row of a classifier, every real token of a tagger (`positions` counts them; the
+    argmax agreement is then per token)."""
     import onnxruntime as ort
 
     engine_dir = Path(engine_dir)
@@ -627,20 +667,27 @@ def parity_check(engine_dir: str | Path, onnx_path: str | Path, batches: Iterabl
                                 precision=meta["precision"]), "gpu", threads=1)
     session = ort.InferenceSession(str(resolve_onnx(onnx_path)), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
-    max_diff, agree, rows = 0.0, 0, 0
+    max_diff, agree, rows, positions, token_level = 0.0, 0, 0, 0, False
     for batch in batches:
         if len(batch["input_ids"]) == 0:
             continue
         ref = session.run(None, {k: np.asarray(v, dtype=np.int64) for k, v in batch.items() if k in names})[0]
-        got = runner(batch)
+        rows += len(ref)
+        token_level = ref.ndim == 3
+        got, ref = compared_logits(runner(batch), ref, batch)
+        if len(ref) == 0:  # a tagger batch of padding only
+            continue
         diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
         max_diff = max(max_diff, float(diff.max()) if np.isfinite(diff).all() else float("inf"))
         agree += int((got.argmax(axis=1) == ref.argmax(axis=1)).sum())
-        rows += len(ref)
-    if rows == 0:
+        positions += len(ref)
+    if positions == 0:
         raise UserError("parity_check needs at least one non-empty batch")
-    return {"max_abs_diff": max_diff, "atol": atol, "passed": bool(max_diff <= atol),
-            "argmax_agreement": agree / rows, "rows": rows}
+    result = {"max_abs_diff": max_diff, "atol": atol, "passed": bool(max_diff <= atol),
+              "argmax_agreement": agree / positions, "rows": rows}
+    if token_level:
+        result["positions"] = positions
+    return result
 
 
 # --- all engines of a stage --------------------------------------------------------------

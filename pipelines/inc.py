@@ -1,5 +1,6 @@
 """Stage `inc`: accuracy-aware INT8 of the student with Intel Neural Compressor's
-`autotune` (dev accuracy as the objective), measured beside the float student."""
+`autotune` (the task's primary dev metric as the objective: accuracy for SST-2 and MRPC,
+entity F1 for CoNLL-2003), measured beside the float student."""
 import random
 import time
 
@@ -8,7 +9,7 @@ from compress.data import Prepared
 from compress.env import environment
 from compress.inc import IncConfig, IncGoalNotMet, inc_autotune, save_inc_int8
 from compress.measure import MeasureConfig
-from compress.metrics import classification_metrics
+from compress.metrics import task_metrics
 from compress.models import load_saved
 from compress.report import make_report, write_report
 from compress.runners import Artifact
@@ -29,9 +30,10 @@ def main(params: dict) -> None:
     prepared = Prepared.open(PREPARED)
     model, tokenizer = load_saved(MODELS / PARENT)
     dev = encode(tokenizer, prepared.split("dev"), mcfg.eval_max_length)
+    task, objective = prepared.task, prepared.task.primary_metric
 
-    def dev_accuracy(m) -> float:  # the tuning objective: the same dev split the reports use
-        return classification_metrics(predict_logits(m, dev), dev.labels, ("accuracy",))["accuracy"]
+    def dev_objective(m) -> float:  # the tuning objective: the same dev split and metric the reports use
+        return task_metrics(task, dev, predict_logits(m, dev))[objective]
 
     # Calibration: a seeded sample of training rows (never dev), length-sorted batches.
     train = prepared.split("train")
@@ -39,7 +41,7 @@ def main(params: dict) -> None:
     calib = encode(tokenizer, [train[i] for i in rows], mcfg.eval_max_length)
     batches = [collate(calib, b) for b in eval_batches(calib.lengths(), 32)]
     try:
-        qmodel, tuning = inc_autotune(model, dev_accuracy, batches, cfg)
+        qmodel, tuning = inc_autotune(model, dev_objective, batches, cfg, objective)
     except IncGoalNotMet as e:  # keep what was tried, then fail the stage
         write_report(make_report("inc", [], environment(mcfg.threads), {"tuning": e.report}), REPORTS)
         raise

@@ -97,3 +97,69 @@ def production(tmp_path) -> Path:
     meta = promote(sel, env, tmp_path / "models", tmp_path / "models" / "production")
     assert meta["artifact"] == "tiny" and "model.safetensors" in meta["sha256"]
     return tmp_path / "models" / "production"
+
+
+# --- named-entity recognition (CoNLL-2003 format) ---------------------------------------
+
+CONLL_TRAIN = """-DOCSTART- O
+
+EU B-ORG
+rejects O
+German B-MISC
+call O
+to O
+boycott O
+British B-MISC
+lamb O
+. O
+
+Peter B-PER
+Blackburn I-PER
+
+BRUSSELS B-LOC
+1996-08-22 O
+
+The O
+European B-ORG
+Commission I-ORG
+said O
+on O
+Thursday O
+it O
+disagreed O
+with O
+German B-MISC
+advice O
+. O
+"""
+
+def write_conll(d: Path) -> Path:
+    """A CoNLL-format directory: train.txt (the 4 sentences below, 8 times) and dev.txt
+    (them once)."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "train.txt").write_text(CONLL_TRAIN + ("\n" + CONLL_TRAIN.split("\n", 2)[2]) * 7)
+    (d / "dev.txt").write_text(CONLL_TRAIN)
+    return d
+
+
+@pytest.fixture(scope="session")
+def conll(tmp_path_factory):
+    """A small CoNLL directory (4 hand-written sentences x 8) prepared, and a tiny tagger
+    fine-tuned on it and saved: what the stages read and write."""
+    from compress.data import Prepared, PrepareConfig, prepare
+    from compress.models import load_classifier, save_classifier
+    from compress.tokens import encode
+    from compress.train import FinetuneConfig, finetune
+
+    root = tmp_path_factory.mktemp("conll")
+    write_conll(root / "src")
+    card = prepare(PrepareConfig(task="conll2003", source=str(root / "src")), root / "prepared")
+    prepared = Prepared.open(root / "prepared")
+    model, tok, _ = load_classifier("random:tiny", 9, seed=0, kind="token")
+    train, dev = (encode(tok, prepared.split(s), 64) for s in ("train", "dev"))
+    summary = finetune(model, train, dev, FinetuneConfig(epochs=12, batch_size=8, lr=5e-3, eval_every_steps=0,
+                                                         log_every_steps=1), prepared.task, root / "curves")
+    from compress.ner import TAGS
+
+    save_classifier(model, tok, root / "teacher", list(TAGS), task="conll2003")
+    return root, card, prepared, summary

@@ -58,7 +58,7 @@ def test_without_a_benchmark_rows_say_their_latency_is_from_the_stage():
 
 
 def test_pareto_front():
-    rows = [{"artifact": a, "accuracy": acc, "latency_ms_p50": ms} for a, acc, ms in
+    rows = [{"artifact": a, "score": acc, "latency_ms_p50": ms} for a, acc, ms in
             [("slow_best", 0.90, 20), ("mid", 0.89, 5), ("dominated", 0.88, 6), ("fast", 0.85, 1),
              ("tie_slower", 0.85, 2), ("ref", None, 100)]]
     assert C.pareto_front(rows) == ["fast", "mid", "slow_best"]
@@ -70,8 +70,8 @@ def test_table_rows_fastest_first_with_references_last(comp):
     assert names == ["student_pruned_onnx_int8", "student_onnx_int8", "student", "teacher", "bert_base_reference"]
     teacher = next(r for r in rows if r["artifact"] == "teacher")
     pruned = rows[0]
-    assert teacher["accuracy_delta_pts"] == 0.0 and pruned["accuracy_delta_pts"] == round(100 * (0.8899 - 0.8956), 2)
-    assert rows[-1]["reference"] and rows[-1]["accuracy_delta_pts"] is None
+    assert teacher["score_delta_pts"] == 0.0 and pruned["score_delta_pts"] == round(100 * (0.8899 - 0.8956), 2)
+    assert rows[-1]["reference"] and rows[-1]["score_delta_pts"] is None
     assert C.table_rows(comp, "gpu") == [] and C.targets_measured(comp) == ["cpu"]
 
 

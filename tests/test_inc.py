@@ -326,3 +326,57 @@ def test_runner_compiles_to_int8_kernels_with_the_same_predictions(tiny, dynamic
         want = dynamic_result[0](**{k: torch.as_tensor(v) for k, v in batch.items()}).logits.detach().numpy()
         assert got.dtype == np.float32 and got.shape == want.shape
         assert np.abs(got - want).max() < 1e-2 * (1 + np.abs(want).max())
+
+
+# --- a tagger (BertForTokenClassification: logits per token, no pooler) ---------------------
+
+
+
+def test_default_keep_fp32_skips_the_pooler_a_tagger_lacks():
+    tagger = [n for n in TINY_LINEARS if n != "bert.pooler.dense"]
+    assert plan_trials(IncConfig(), tagger)[0]["fp32_modules"] == ["classifier"]
+    assert plan_trials(IncConfig(), TINY_LINEARS)[0]["fp32_modules"] == ["bert.pooler.dense", "classifier"]
+    with pytest.raises(UserError, match="keep_fp32 pattern 'clasifier' matches no Linear"):  # typos still fail
+        plan_trials(IncConfig(keep_fp32=["pooler", "clasifier"]), tagger)
+
+
+@needs_inc
+def test_tagger_tunes_on_entity_f1_and_runs_through_the_runner(conll, tmp_path):
+    from compress.metrics import task_metrics
+    from compress.models import load_saved
+    from compress.runners import Artifact, runner_class
+    from compress.tokens import collate, encode, eval_batches
+    from compress.train import predict_logits
+
+    root, _, prepared, _ = conll
+    task = prepared.task
+    model, tok = load_saved(root / "teacher")
+    dev = encode(tok, prepared.split("dev"), 64)
+    scores = []
+
+    def dev_objective(m) -> float:  # as pipelines/inc.py: the task's primary metric on dev
+        scores.append(task_metrics(task, dev, predict_logits(m, dev))[task.primary_metric])
+        return scores[-1]
+
+    calib = encode(tok, prepared.split("train")[:8], 64)
+    batches = [collate(calib, b) for b in eval_batches(calib.lengths(), 4)]
+    cfg = IncConfig(approaches=["dynamic"], max_trials=1, calibration_rows=8, on_miss="best")
+    qmodel, report = inc_autotune(model, dev_objective, batches, cfg, task.primary_metric)
+    assert task.primary_metric == "f1" and report["objective"] == "f1"
+    assert report["baseline_accuracy"] == scores[0] > 0 and report["trials"][0]["accuracy"] == scores[1]
+    assert report["float_linears"] == ["classifier"]  # keep_fp32's "pooler" names nothing here
+    save_inc_int8(qmodel, tok, tmp_path / "inc", extra={"tuning": report})
+    assert json.loads((tmp_path / "inc/inc_int8.json").read_text())["extra"]["tuning"]["objective"] == "f1"
+    # The registry's runner for this artifact (what load_runner builds), run eagerly: inductor's
+    # compile takes 15-45 s on this machine; test_runner_compiles_... covers the compiled graph.
+    artifact = Artifact("tagger_inc", tmp_path / "inc", "pytorch_inc", "int8", parent="teacher")
+    runner = runner_class(artifact, "cpu")(artifact, "cpu", 1, compile=False)
+    assert type(runner).__name__ == "IncInt8Runner" and runner.num_labels == 9
+    idx = list(range(len(dev)))
+    batch = collate(dev, idx)
+    got = runner(batch)
+    assert got.dtype == np.float32 and got.shape == (len(idx), batch["input_ids"].shape[1], 9)
+    want = float_logits(model, batch).numpy()
+    pred, ref = dev.scored(got, idx).argmax(-1), dev.scored(want, idx).argmax(-1)
+    assert len(pred) == len(dev.labels) == 25  # one scored position per word
+    assert (pred == ref).mean() >= 0.8

@@ -6,7 +6,7 @@ import pytest
 
 from compress.ner import (IGNORE, TAG_ID, TAGS, NerDataError, Sentence, align, card_counts, entities,
                           entity_metrics, read_conll, word_predictions)
-from conftest import SHARED_DATA, tiny_model
+from conftest import CONLL_TRAIN, SHARED_DATA, tiny_model
 
 
 def _ids(*tags):
@@ -136,62 +136,6 @@ def test_entities_in_raw_text_have_character_spans():
 
 # --- the tagging task through prepare, training, the teacher cache, distillation, pruning ----
 
-CONLL_TRAIN = """-DOCSTART- O
-
-EU B-ORG
-rejects O
-German B-MISC
-call O
-to O
-boycott O
-British B-MISC
-lamb O
-. O
-
-Peter B-PER
-Blackburn I-PER
-
-BRUSSELS B-LOC
-1996-08-22 O
-
-The O
-European B-ORG
-Commission I-ORG
-said O
-on O
-Thursday O
-it O
-disagreed O
-with O
-German B-MISC
-advice O
-. O
-"""
-
-
-@pytest.fixture(scope="module")
-def conll(tmp_path_factory):
-    """A small CoNLL directory (4 hand-written sentences x 8) prepared, and a tiny tagger
-    fine-tuned on it and saved: what the stages read and write."""
-    from compress.data import Prepared, PrepareConfig, prepare
-    from compress.models import load_classifier, save_classifier
-    from compress.tokens import encode
-    from compress.train import FinetuneConfig, finetune
-
-    root = tmp_path_factory.mktemp("conll")
-    (root / "src").mkdir()
-    (root / "src/train.txt").write_text(CONLL_TRAIN + ("\n" + CONLL_TRAIN.split("\n", 2)[2]) * 7)
-    (root / "src/dev.txt").write_text(CONLL_TRAIN)
-    card = prepare(PrepareConfig(task="conll2003", source=str(root / "src")), root / "prepared")
-    prepared = Prepared.open(root / "prepared")
-    model, tok, _ = load_classifier("random:tiny", 9, seed=0, kind="token")
-    train, dev = (encode(tok, prepared.split(s), 64) for s in ("train", "dev"))
-    summary = finetune(model, train, dev, FinetuneConfig(epochs=12, batch_size=8, lr=5e-3, eval_every_steps=0,
-                                                         log_every_steps=1), prepared.task, root / "curves")
-    save_classifier(model, tok, root / "teacher", list(TAGS), task="conll2003")
-    return root, card, prepared, summary
-
-
 def test_prepare_writes_sentences_and_an_entity_card(conll):
     root, card, prepared, _ = conll
     assert card["kind"] == "token" and card["splits"]["dev"]["rows"] == 4 and card["splits"]["train"]["rows"] == 32
@@ -302,3 +246,32 @@ def test_predict_prints_entities_with_character_spans(conll):
         assert 0 < e["score"] <= 1
     res = evaluate(loaded, str(root / "src"), "dev", max_length=64)
     assert res["rows"] == 4 and set(res["f1_per_type"]) == {"PER", "ORG", "LOC", "MISC"} and res["entities"] == 7
+
+
+def test_comparison_and_select_rank_taggers_by_entity_f1():
+    """A tagger's records carry entity F1 and no row accuracy: the comparison's main column,
+    deltas and Pareto front, and the selection's floor, are all on F1."""
+    from compress import comparison as C
+    from compress.select import SelectPolicy, select
+    from test_report import ENV
+
+    def rec(name, f1, p50, fmt="onnx", precision="int8"):
+        return {"artifact": name, "target": "cpu", "status": "ok", "reason": None, "stage": "x", "backend": "b",
+                "format": fmt, "precision": precision, "task": "conll2003", "accuracy": None, "f1": f1,
+                "f1_ci95_low": f1 - 0.01, "f1_ci95_high": f1 + 0.01, "token_accuracy": 0.97,
+                "parent": "student", "latency_ms_p50": p50, "latency_ms_p99": p50 * 1.5,
+                "throughput_seq_per_s": 100.0, "size_mb": 10.0, "num_params": 1000, "peak_mem_mb": 500.0,
+                "threads": 2}
+
+    comp = {"environment": ENV, "records": [rec("teacher", 0.90, 20.0, "pytorch", "fp32"),
+                                            rec("student", 0.89, 9.0, "pytorch", "fp32"),
+                                            rec("lossy_int8", 0.80, 2.0), rec("int8", 0.888, 4.0)]}
+    rows = C.table_rows(comp, "cpu")
+    assert {r["artifact"]: r["score_delta_pts"] for r in rows}["int8"] == -1.2
+    assert C.pareto_front(rows) == ["lossy_int8", "int8", "student", "teacher"]
+    md = C.target_table_markdown(comp, "cpu")
+    assert "entity F1 [95% CI]" in md and "| F1" not in md  # one F1 column, the main one
+    sel = select(comp, SelectPolicy())
+    assert sel["chosen"] == "int8" and sel["teacher_f1"] == 0.90
+    assert {r["artifact"]: r["rule"] for r in sel["rejected"]} == {"lossy_int8": "f1_floor"}
+    assert any("of the teacher's F1" in r for r in sel["reasons"])

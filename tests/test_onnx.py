@@ -1,6 +1,6 @@
 """ONNX export (validated against PyTorch), fusion of uneven-head pruned models, ONNX
 Runtime dynamic INT8 obeying keep_float, INT8 word embeddings (per row, ORT's per tensor,
-or FP32), and refusal of bad ONNX files."""
+or FP32), refusal of bad ONNX files, and a tagger's per-token logits through all of it."""
 import numpy as np
 import onnx
 import pytest
@@ -255,3 +255,55 @@ def test_bad_onnx_files_are_refused_with_the_reason(exported, tmp_path):
     onnx.save(model, str(tmp_path / "evil/model.onnx"))
     with pytest.raises(OnnxFileError, match="outside the model folder"):
         check_onnx_file(tmp_path / "evil/model.onnx")
+
+
+# --- a tagger (conll2003): per-token logits ---------------------------------------------------
+
+
+def test_tagger_exports_per_token_logits_and_quantizes(conll, tmp_path):  # noqa: F811
+    """A BertForTokenClassification exports with (batch, sequence, tags) logits, both axes
+    dynamic; parity is per real token; the fused graph and its INT8 run in the runner and
+    agree with PyTorch / FP32 on the scored positions (each word's first piece)."""
+    from compress.models import load_saved
+    from compress.onnx_export import parity_batches
+    from compress.onnx_runtime import OrtRunner
+    from compress.tokens import collate, encode
+    from compress.train import predict_logits
+
+    root, _, prepared, _ = conll
+    summary = export_onnx(root / "teacher", tmp_path / "onnx", FAST, prepared, plain_out_dir=tmp_path / "plain")
+    for graph in ("onnx", "plain"):
+        (out,) = onnx.load(str(tmp_path / graph / "model.onnx")).graph.output
+        assert [d.dim_param or d.dim_value for d in out.type.tensor_type.shape.dim] == ["batch", "sequence", 9]
+    tok = load_saved(root / "teacher")[1]
+    real = sum(int(b["attention_mask"].sum()) for b in parity_batches(prepared, tok, FAST.parity_shapes))
+    assert real < 1 * 8 + 3 * 24 + 2 * 40  # the parity batches carry padding, which is not compared
+    for key in ("parity_raw", "parity"):
+        assert summary[key]["max_abs_diff"] <= FAST.parity_atol and summary[key]["argmax_agreement"] == 1.0
+        assert summary[key]["real_tokens"] == real
+    # no pooler in a tagger: the fusions still apply, every attention block fused
+    assert summary["attention_fused"] == "2/2 layers" and "attention_fusion_warning" not in summary
+    assert summary["fused_ops"]["EmbedLayerNormalization"] == 1
+
+    runner = OrtRunner(Artifact("tagger_onnx", tmp_path / "onnx", "onnx", "fp32"), "cpu", 1)
+    dev = encode(runner.tokenizer, prepared.split("dev"), 64)
+    idx = list(range(len(dev)))
+    batch = collate(dev, idx)
+    fp32 = runner(batch)
+    assert runner.num_labels == 9 and fp32.shape == (len(dev), batch["input_ids"].shape[1], 9)
+    model = load_saved(root / "teacher")[0]
+    reference = predict_logits(model, dev)  # PyTorch, one row per word
+    assert np.abs(dev.scored(fp32, idx) - reference).max() <= FAST.parity_atol
+    assert np.abs(reference).max() > 1.0  # a trained tagger: logits of a useful size
+
+    q = quantize_onnx(tmp_path / "onnx", tmp_path / "int8", OrtQuantConfig())
+    groups = q["quantized_nodes_by_group"]
+    assert groups.get("embeddings") == 1 and groups.get("ffn") == 4 and groups.get("attention", 0) >= 2
+    assert "classifier" not in groups and "pooler" not in groups  # the per-token classifier stays float
+    int8 = OrtRunner(Artifact("tagger_onnx_int8", tmp_path / "int8", "onnx", "int8"), "cpu", 1)(batch)
+    assert int8.shape == fp32.shape and np.isfinite(int8).all()
+    a, b = dev.scored(int8, idx).argmax(-1), dev.scored(fp32, idx).argmax(-1)
+    assert len(a) == 25 and (a == b).mean() >= 0.8
+    # the classifier, MatMul + Add on every position, is quantized when keep_float allows it
+    quantize_onnx(tmp_path / "onnx", tmp_path / "int8_all", OrtQuantConfig(keep_float=["layernorm"]))
+    assert "classifier" in quantized_groups(tmp_path / "int8_all/model.onnx")

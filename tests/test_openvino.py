@@ -1,6 +1,7 @@
 """OpenVINO IRs: FP32 parity with ONNX Runtime (and the gate that stops a bad IR), INT8 by
 NNCF with int8 embedding tables, calibration on training rows only, the accuracy-control
-fallback, the runner inside the measurement harness, and the gpu/bf16 skip reasons.
+fallback, the runner inside the measurement harness, the gpu/bf16 skip reasons, and a
+tagger (per-token logits, entity-F1 validation).
 
 One tiny uneven-head pruned BERT (the harder of the two students to convert) is exported
 with the project's own export code and built into IRs once per module."""
@@ -356,3 +357,63 @@ def test_runner_refuses_wrong_precision_and_missing_files(built, tmp_path):
         OpenVinoRunner(Artifact("x", root / "ov_int8", "openvino", "fp32"), "cpu", 1)
     with pytest.raises(OpenVinoIrError, match="model.xml: not found"):
         OpenVinoRunner(Artifact("x", tmp_path, "openvino", "fp32"), "cpu", 1)
+
+
+# --- a tagger (conll2003) ----------------------------------------------------------------
+
+def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path):  # noqa: F811
+    """A tagger's plain export becomes FP32 and INT8 IRs: parity per real token, runner
+    output (batch, seq, tags), validation items carrying each piece's gold tag, scored by
+    entity F1 (aggregate) and the share of words right (per item), and INT8 agreeing with
+    FP32 on the dev words."""
+    from compress.models import load_tokenizer
+    from compress.ner import IGNORE, entity_metrics
+    from compress.onnx_export import parity_batches
+    from compress.tokens import collate, encode
+
+    root, _, prepared, _ = conll
+    export_onnx(root / "teacher", tmp_path / "onnx", ExportConfig(parity_shapes=[[1, 8]]), prepared,
+                plain_out_dir=tmp_path / "plain")
+    tok = load_tokenizer(tmp_path / "plain")
+    batches = parity_batches(prepared, tok, CFG.parity_shapes)
+    summary = build_openvino(tmp_path / "plain", tmp_path / "ov", tmp_path / "ov_int8", root / "prepared", CFG,
+                             batches)
+    fp32 = summary["fp32"]["parity"]["fp32"]
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    assert fp32["max_abs_diff"] <= CFG.parity_atol and fp32["argmax_agreement"] == 1.0
+    assert fp32["rows"] == 6 and fp32["real_tokens"] == real < 1 * 8 + 3 * 24 + 2 * 40  # padding not compared
+    assert summary["int8"]["parity"]["int8"]["argmax_agreement"] >= 0.8
+
+    runners = {p: OpenVinoRunner(Artifact(f"tagger_{p}", tmp_path / d, "openvino", p), "cpu", 2)
+               for p, d in (("fp32", "ov"), ("int8", "ov_int8"))}
+    dev = encode(tok, prepared.split("dev"), 64)
+    idx = list(range(len(dev)))
+    batch = collate(dev, idx)
+    out = {p: r(batch) for p, r in runners.items()}
+    assert runners["fp32"].num_labels == 9 and out["fp32"].shape == (len(dev), batch["input_ids"].shape[1], 9)
+    ref = run_session(cpu_session(tmp_path / "plain/model.onnx", 2), batch)
+    assert np.abs(dev.scored(out["fp32"], idx) - dev.scored(ref, idx)).max() <= CFG.parity_atol
+    words = {p: dev.scored(o, idx).argmax(-1) for p, o in out.items()}
+    assert len(words["fp32"]) == 25 and (words["int8"] == words["fp32"]).mean() >= 0.8
+
+    # validation items: training rows with the gold tag on each word's first piece
+    calib, val, info = training_slices(root / "prepared", tok, CFG)
+    assert info["validation_rows"] == 16 and not info["validation_overlaps_calibration"]
+    for item in val:
+        assert item["tags"].shape == item["inputs"]["input_ids"].shape and "label" not in item
+        assert (item["tags"][item["inputs"]["attention_mask"] == 0] == IGNORE).all()
+    v = summary["int8"]["validation"]
+    assert v["metric"] == "entity_f1" and v["rows"] == 16 and v["accuracy_fp32"] > 0.5  # it learnt these sentences
+    # the aggregate is entity F1 of ONNX Runtime's predictions on the same items; per item, words right
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(tmp_path / "ov/model.xml")), "CPU",
+                                  oi.compile_config("f32", 2, False))
+    f1, per_item = oi.validate(compiled, val)
+    session = cpu_session(tmp_path / "plain/model.onnx", 2)
+    gold, pred = [], []
+    for item in val:
+        keep = item["tags"] != IGNORE
+        gold.append(item["tags"][keep].tolist())
+        pred.append(run_session(session, item["inputs"])[keep].argmax(-1).tolist())
+    assert f1 == pytest.approx(entity_metrics(gold, pred)["f1"]) == pytest.approx(v["accuracy_fp32"])
+    assert per_item == pytest.approx([float(np.mean(np.array(g) == np.array(p))) for g, p in zip(gold, pred)])

@@ -236,3 +236,48 @@ def test_quantize_checkpoint_and_measure_through_the_runner(tmp_path, tiny_model
     w = t["bert.encoder.layer.0.intermediate.dense.weight_int8"]
     assert w.dtype == torch.int8 and t["bert.encoder.layer.0.intermediate.dense.weight_scale"].numel() == w.shape[0]
     assert cpu["size_mb"] < 0.5 * np.prod(t["bert.embeddings.word_embeddings.weight_int8"].shape) * 4 / 2**20
+
+
+# --- a tagger (BertForTokenClassification: logits per token, no pooler) ---------------------
+
+
+
+def test_tagger_quantizes_reloads_and_runs_through_the_runner(conll, tmp_path):
+    from compress.models import load_saved
+    from compress.runners import load_runner
+    from compress.tokens import collate, encode
+
+    root, _, prepared, _ = conll
+    summary = quantize_checkpoint(root / "teacher", tmp_path / "int8", QuantizeConfig())
+    assert summary["quantized_modules"] == 2 * 6 and summary["float_linears"] == ["classifier"]  # no pooler
+    runner = load_runner(Artifact("tagger_int8", tmp_path / "int8", "pytorch_int8", "int8", parent="teacher"),
+                         "cpu", 1)
+    assert type(runner.model).__name__ == "BertForTokenClassification" and runner.num_labels == 9
+    model, tok = load_saved(root / "teacher")
+    dev = encode(tok, prepared.split("dev"), 64)
+    idx = list(range(len(dev)))
+    batch = collate(dev, idx)
+    got = runner(batch)
+    assert got.dtype == np.float32 and got.shape == (len(idx), batch["input_ids"].shape[1], 9)
+    with torch.inference_mode():
+        want = model.eval()(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.numpy()
+    pred, ref = dev.scored(got, idx).argmax(-1), dev.scored(want, idx).argmax(-1)
+    assert len(pred) == len(dev.labels) == 25  # one scored position per word
+    assert (pred == ref).mean() >= 0.8
+
+
+def test_tagger_built_in_code_reloads_as_a_tagger(tmp_path):
+    from transformers import BertForTokenClassification
+
+    from compress.models import load_classifier
+
+    model, tok, _ = load_classifier("random:tiny", 9, kind="token")
+    assert model.config.architectures is None  # nothing names the head yet
+    q = quantize(model.eval(), QuantizeConfig())
+    save_dynamic_int8(q, tok, tmp_path / "q", "pytorch-dynamic")
+    q2, _, _ = load_dynamic_int8(tmp_path / "q")  # the probe logits (2, 12, 9) are checked inside
+    assert isinstance(q2, BertForTokenClassification) and model.config.architectures is None
+    assert torch.equal(_logits(q), _logits(q2)) and _logits(q2).shape == (3, 12, 9)
+    # only `pooler` left to quantize: a tagger has none, and the error says so
+    with pytest.raises(ValueError, match=r"leaves no Linear layer to quantize \(this model has no pooler\)"):
+        quantize(model, QuantizeConfig(keep_float=["layernorm", "attention", "ffn", "classifier"]))

@@ -22,10 +22,12 @@ from compress.data import sha256_file
 from compress.errors import UserError
 from compress.models import count_parameters
 from compress.runners import Artifact, load_runner, skip_reason
+from compress.ner import TAGS
 from compress.tensorrt_engine import (EngineBuildError, EngineConfig, TrtRunner, build_engine, build_engines,
-                                      parity_check, prepare_onnx, resolve_onnx, take_rows,
-                                      tensorrt_unavailable, training_batches)
+                                      compared_logits, onnx_num_labels, parity_check, prepare_onnx, resolve_onnx,
+                                      take_rows, tensorrt_unavailable, training_batches)
 from conftest import REPO, tiny_model
+from conftest import write_conll
 
 REASON = tensorrt_unavailable()
 needs_trt = pytest.mark.skipif(REASON is not None, reason=f"TensorRT engines cannot be built here: {REASON}")
@@ -54,6 +56,43 @@ def export(tmp_path_factory):
                       dynamo=False, opset_version=17, input_names=INPUTS, output_names=["logits"],
                       dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in INPUTS}, "logits": {0: "batch"}})
     return SimpleNamespace(dir=out, onnx=out / "model.onnx", num_params=count_parameters(model))
+
+
+@pytest.fixture(scope="module")
+def tagger(tmp_path_factory):
+    """A tiny BERT tagger (9 CoNLL tags) exported to ONNX as the export stage lays it out:
+    logits (batch, seq, tags) with dynamic batch and seq. Random weights, as `export`."""
+    from compress.models import load_classifier
+
+    model, tokenizer, _ = load_classifier("random:tiny", len(TAGS), seed=0, kind="token")
+    torch.manual_seed(2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.05)
+    model.eval()
+    model.config.id2label = dict(enumerate(TAGS))
+    model.config.label2id = {t: i for i, t in enumerate(TAGS)}
+    out = tmp_path_factory.mktemp("onnx") / "tagger"
+    out.mkdir()
+    model.config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    ids = torch.randint(1000, 2000, (2, 16))
+    torch.onnx.export(model, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(out / "model.onnx"),
+                      dynamo=False, opset_version=17, input_names=INPUTS, output_names=["logits"],
+                      dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in INPUTS}, "logits": {0: "batch", 1: "seq"}})
+    return SimpleNamespace(dir=out, onnx=out / "model.onnx", num_params=count_parameters(model))
+
+
+@pytest.fixture(scope="module")
+def conll_prepared(tmp_path_factory) -> Path:
+    """test_ner's small CoNLL directory, prepared (32 train sentences); no model trained."""
+    from compress.data import PrepareConfig, prepare
+
+    root = tmp_path_factory.mktemp("conll")
+    (root / "src").mkdir()
+    write_conll(root / "src")
+    prepare(PrepareConfig(task="conll2003", source=str(root / "src")), root / "prepared")
+    return root / "prepared"
 
 
 def make_batch(rows: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -255,6 +294,98 @@ def test_training_batches(prepared_sst2, export):
     assert all(np.array_equal(a["input_ids"], b["input_ids"]) for a, b in zip(batches, again))
 
 
+# --- taggers: (batch, seq, tags) logits (the host side, everywhere) -----------------------
+
+def test_onnx_num_labels_reads_the_last_dim(export, tagger, tmp_path):
+    assert onnx_num_labels(export.onnx) == 2
+    assert onnx_num_labels(tagger.onnx) == len(TAGS)
+    dims = onnx.load(str(tagger.onnx)).graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", "seq", len(TAGS)]
+    # A graph that leaves the tag count symbolic states no labels (engine.json then takes
+    # config.json's id2label).
+    h = onnx.helper
+    graph = h.make_graph([h.make_node("Identity", ["x"], ["logits"])], "g",
+                         [h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "seq", "tags"])],
+                         [h.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["batch", "seq", "tags"])])
+    onnx.save(h.make_model(graph), str(tmp_path / "symbolic.onnx"))
+    assert onnx_num_labels(tmp_path / "symbolic.onnx") is None
+
+
+def test_parity_compares_a_tagger_at_real_tokens_only():
+    batch = make_batch(3, 6)  # rows keep 6, 5, 4 tokens
+    ref = np.random.default_rng(0).normal(size=(3, 6, len(TAGS))).astype(np.float32)
+    got = ref.copy()
+    got[batch["attention_mask"] == 0] += 100.0  # what padding outputs is never used
+    a, b = compared_logits(got, ref, batch)
+    assert a.shape == b.shape == (15, len(TAGS)) and np.array_equal(a, b)
+    got[2, 3, 0] += 1.0  # the last real token of row 2
+    a, b = compared_logits(got, ref, batch)
+    assert np.abs(a - b).max() == pytest.approx(1.0)
+    rows = ref[:, 0]  # a classifier's (batch, labels): every row, as it is
+    a, b = compared_logits(rows, rows + 1, batch)
+    assert a is rows and a.shape == (3, len(TAGS))
+    with pytest.raises(ValueError, match=r"\(3, 6, 9\) vs the reference's \(3, 5, 9\)"):
+        compared_logits(got, ref[:, :5], batch)
+    with pytest.raises(ValueError, match="attention_mask of shape"):
+        compared_logits(got[:, :5], ref[:, :5], batch)
+
+
+def host_runner(onnx_path: Path, token_level: bool, min_shape: list[int], max_shape: list[int]):
+    """A TrtRunner whose engine call is ONNX Runtime on the CPU: everything around it
+    (chunking, padding up to the profile's min shape and dropping it again, empty
+    batches) is host code, checked here without a GPU. Returns it and the shapes run."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    runner = object.__new__(TrtRunner)  # no engine to load
+    runner._inputs, runner._min, runner._max, runner._pad_id = list(INPUTS), min_shape, max_shape, 0
+    runner._token_level, runner.num_labels = token_level, onnx_num_labels(onnx_path)
+    shapes = []
+
+    def execute(batch):
+        shapes.append(batch["input_ids"].shape)
+        return session.run(None, batch)[0]
+
+    runner._execute = execute
+    return runner, shapes
+
+
+@pytest.mark.parametrize("model, token_level", [("tagger", True), ("export", False)])
+def test_runner_pads_chunks_and_unpads_taggers_and_classifiers(request, model, token_level):
+    art = request.getfixturevalue(model)
+    runner, shapes = host_runner(art.onnx, token_level, [2, 8], [4, 64])
+    labels = runner.num_labels
+    for rows, seq in ((11, 20), (1, 5), (3, 64)):  # > max batch (chunked); < min batch and seq (padded); max seq
+        batch = make_batch(rows, seq, seed=rows)
+        got, ref = runner(batch), ort_logits(art.onnx, batch)
+        assert got.shape == ref.shape == ((rows, seq, labels) if token_level else (rows, labels))
+        got, ref = compared_logits(got, ref, batch)
+        assert np.abs(got - ref).max() < 1e-4
+    assert shapes == [(4, 20), (4, 20), (3, 20), (2, 8), (3, 64)]
+    empty = runner({k: v[:0] for k, v in make_batch(2, 7).items()})
+    assert empty.shape == ((0, 7, labels) if token_level else (0, labels)) and empty.dtype == np.float32
+    assert len(shapes) == 5  # an empty batch never reaches the engine
+
+
+def test_tagger_graphs_per_precision(tagger, conll_prepared, tmp_path):
+    calibration = training_batches(conll_prepared, tagger.dir, rows=32, batch_size=8, max_length=32)
+    assert sum(len(b["input_ids"]) for b in calibration) == 32  # the whole CoNLL train split
+    assert all(sorted(b) == sorted(INPUTS) for b in calibration)  # token ids only, never tags
+    # a key that is no graph input (gold tags a caller kept) is not fed to calibration
+    calibration[0] = {**calibration[0], "labels": np.zeros_like(calibration[0]["input_ids"])}
+    fp16, int8 = tmp_path / "model.fp16.onnx", tmp_path / "model.int8.onnx"
+    prepare_onnx(tagger.onnx, "fp16", fp16)
+    assert prepare_onnx(tagger.onnx, "int8", int8, calibration)["calibration_rows"] == 32
+    batch = make_batch(5, 24, seed=3)
+    ref = ort_logits(tagger.onnx, batch)
+    assert ref.shape == (5, 24, len(TAGS))
+    for graph, atol in ((fp16, 1e-2), (int8, 0.1)):
+        got = ort_logits(graph, batch)
+        assert got.shape == ref.shape and got.dtype == np.float32
+        a, b = compared_logits(got, ref, batch)
+        assert np.abs(a - b).max() < atol, graph.name
+
+
 # --- real engines (NVIDIA GPU + tensorrt only) -------------------------------------------
 
 def small_config(tmp_path: Path, **kw) -> EngineConfig:
@@ -292,7 +423,7 @@ def test_fp16_engine_matches_onnxruntime(export, tmp_path):
     with pytest.raises(ValueError, match="max_shape"):
         runner(make_batch(2, 65))
     check = parity_check(engine_dir, export.onnx, [make_batch(8, 32)], atol=0.05)
-    assert check["passed"] and check["rows"] == 8
+    assert check["passed"] and check["rows"] == 8 and "positions" not in check
 
     with pytest.raises(UserError, match="max_position_embeddings"):
         build_engine(export.onnx, tmp_path / "too-long", "fp16", small_config(tmp_path, max_shape=[8, 1024]))
@@ -322,3 +453,26 @@ def test_build_engines_fp16_and_int8(export, tmp_path):
     assert meta["timing_cache"]["reused"]  # written by the fp16 build just before
     if meta["recipe"]["calibration_cache"]:
         assert (tmp_path / "trt" / "student-int8" / "calibration.json").is_file()
+
+
+@needs_trt
+def test_tagger_engine_matches_onnxruntime_at_real_tokens(tagger, tmp_path):
+    cfg = small_config(tmp_path, precisions=["fp16"])
+    engine_dir = tmp_path / "tagger-fp16"
+    build_engine(tagger.onnx, engine_dir, "fp16", cfg)
+    meta = json.loads((engine_dir / "engine.json").read_text())
+    assert meta["num_labels"] == len(TAGS) and meta["num_params"] == tagger.num_params
+    runner = load_runner(Artifact("tagger-fp16", engine_dir, format="tensorrt", precision="fp16"), "gpu", threads=1)
+    assert runner.num_labels == len(TAGS)
+    for rows, seq in ((11, 20), (3, 5), (1, 64)):  # chunked; padded to the min seq and cut back; max seq
+        batch = make_batch(rows, seq, seed=rows)
+        got, ref = runner(batch), ort_logits(tagger.onnx, batch)
+        runner.synchronize()
+        assert got.shape == ref.shape == (rows, seq, len(TAGS)) and got.dtype == np.float32
+        a, b = compared_logits(got, ref, batch)
+        assert np.abs(a - b).max() < cfg.parity_atol["fp16"]
+    assert runner({k: v[:0] for k, v in make_batch(2, 16).items()}).shape == (0, 16, len(TAGS))
+    batch = make_batch(8, 32)
+    check = parity_check(engine_dir, tagger.onnx, [batch], atol=cfg.parity_atol["fp16"])
+    assert check["passed"] and check["rows"] == 8
+    assert check["positions"] == int(batch["attention_mask"].sum())  # real tokens, not 8 x 32
