@@ -33,11 +33,12 @@ TRAIN = [[f"{s} number {i}", str(i % 2)] for i, s in enumerate(
      "one of the best films", "i hated every minute", "a warm , moving story", "boring and far too long"] * 5)]
 DEV = [["an unexpected delight from start to end", "1"], ["tedious , predictable , forgettable", "0"],
        ["sharp writing and fine acting", "1"], ["a mess of a screenplay", "0"]] * 3
-# accuracy_control never: the module's IRs are the plain PTQ route on every machine. Whether a
-# random tiny model loses more than 1% on 16 rows after PTQ depends on the CPU's kernels (it did
-# on CI's), and the accuracy-controlled route has its own test below.
-CFG = OpenVinoConfig(calibration_rows=16, validation_rows=16, parity_shapes=[[1, 8], [3, 24], [2, 40]],
-                     accuracy_control="never")
+# accuracy_control auto, the default: whether plain PTQ of this random tiny model loses more
+# than 1% on 16 rows depends on the CPU's int8 kernels (it did on CI's Xeon and on an AVX2
+# EPYC, where the PTQ IR alone agreed with FP32 on no row), so the tests accept either route
+# and check that the recorded route is the one that ran.
+CFG = OpenVinoConfig(calibration_rows=16, validation_rows=16, parity_shapes=[[1, 8], [3, 24], [2, 40]])
+ROUTES = {"ptq": "nncf.quantize", "accuracy_control": "nncf.quantize_with_accuracy_control"}
 
 
 def ragged(rows: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
@@ -187,13 +188,17 @@ def test_int8_ir_has_int8_embeddings_and_is_small(built):
     assert fp32_tables["/bert/embeddings/word_embeddings/Gather"]["dtype"] == "f32"
     fp32_bytes = (root / "ov/model.bin").stat().st_size
     assert (root / "ov_int8/model.bin").stat().st_size < 0.3 * fp32_bytes
-    assert int8["embedding_route"] == "nncf int8 per-row" and int8["approach"] == "ptq"
+    assert int8["embedding_route"] == "nncf int8 per-row" and int8["approach"] in ROUTES
+    # the controlled route ran exactly when PTQ alone lost more than the allowed drop
+    assert ("ptq_validation" in int8) == (int8["approach"] == "accuracy_control")
     # every MatMul with a constant weight reads int8 weights
     model = ov.Core().read_model(str(root / "ov_int8/model.xml"))
     weights = [oi._const_source(op.input_value(1))[0] for op in model.get_ordered_ops()
                if op.get_type_name() == "MatMul"]
     weights = [w for w in weights if w is not None]
-    assert weights and all(w.get_output_element_type(0).get_type_name() == "i8" for w in weights)
+    int8_weights = [w.get_output_element_type(0).get_type_name() == "i8" for w in weights]
+    # PTQ: every one; accuracy control returns the layers that cost the most accuracy to float
+    assert weights and (all(int8_weights) if int8["approach"] == "ptq" else any(int8_weights))
 
 
 def test_int8_runner_agrees_with_onnx_runtime(built):
@@ -206,7 +211,7 @@ def test_int8_runner_agrees_with_onnx_runtime(built):
     batch = ragged(4, 32)
     ref = run_session(cpu_session(root / "plain/model.onnx", 2), batch)
     assert np.abs(runner(batch) - ref).max() < 1.0
-    assert meta["route"] == "nncf.quantize" and meta["num_params"] == runner.num_params
+    assert meta["route"] == ROUTES[summary["int8"]["approach"]] and meta["num_params"] == runner.num_params
 
 
 def test_calibration_and_validation_are_training_rows_only(built):
