@@ -109,7 +109,10 @@ class GraphCache:
             buf[:rows, :seq].copy_(torch.from_numpy(batch[name]), non_blocking=True)
         self.device.replay(entry.graph)
         self.replays += 1
-        return entry.out[:rows].float().cpu().numpy()  # .cpu() waits for the replay
+        out = entry.out[:rows]
+        if out.ndim == 3:  # a tagger's (batch, seq, tags): the captured shape's padded positions go too
+            out = out[:, :seq]
+        return out.float().cpu().numpy()  # .cpu() waits for the replay
 
 
 def graph_forward(model) -> Callable[..., torch.Tensor]:
@@ -131,19 +134,15 @@ class CudaGraphRunner:
     backend = "pytorch-cudagraph-gpu"
 
     def __init__(self, artifact, target: str, threads: int, device: GraphDevice | None = None):
-        from .models import count_parameters, load_saved
+        from .runners import load_torch_model
 
         reason = self.unavailable(target) if device is None else None
         if reason:
             raise RuntimeError(f"{artifact.name}: {reason}")
         torch.set_num_threads(threads)
-        model, self.tokenizer = load_saved(artifact.path)
-        self.num_params = count_parameters(model)
-        self.num_labels = model.config.num_labels
-        if artifact.precision == "fp16":
-            model = model.half()
         where = torch.device("cuda") if device is None else torch.device("cpu")
-        self.model = model.to(where).eval()
+        self.model, self.tokenizer, self.num_params = load_torch_model(artifact, where)
+        self.num_labels = self.model.config.num_labels
         self.device = device or CudaDevice(where)
         self.cache = GraphCache(graph_forward(self.model), self.device)
 

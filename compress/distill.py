@@ -30,7 +30,7 @@ from .config import check
 from .errors import UserError
 from .augment import UNLABELLED, AugmentConfig, augment, describe
 from .data import Prepared, json_line, read_jsonl
-from .models import load_saved, save_classifier
+from .models import load_saved, save_trained
 from .tokens import Encoded, collate, encode, eval_batches
 from .train import FinetuneConfig, finetune, seed_everything, to_torch
 
@@ -356,8 +356,7 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
     with distributed.output_dir(curves_dir) as tmp:  # rank 0 writes; the others only train
         summary["student"] = finetune(student, transfer, dev, cfg.train, task, tmp,
                                       desc="distill", loss_fn=loss)
-        if distributed.is_main():
-            save_classifier(student, tokenizer, out_dir, list(task.label_names), task=task.name)
+        save_trained(student, tokenizer, out_dir, task)
     if not train_control:
         return summary
     control = build()
@@ -368,6 +367,5 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
     with distributed.output_dir(control_curves_dir) as tmp:
         summary["control"] = finetune(control, train, dev, control_train, task, tmp,
                                       desc="control (labels only)")
-        if distributed.is_main():
-            save_classifier(control, tokenizer, control_dir, list(task.label_names), task=task.name)
+        save_trained(control, tokenizer, control_dir, task)
     return summary

@@ -173,6 +173,15 @@ def save_classifier(model, tokenizer, out_dir: str | Path, label_names: list[str
         tokenizer.save_pretrained(tmp)
 
 
+def save_trained(model, tokenizer, out_dir: str | Path, task) -> None:
+    """save_classifier with the task's label names and name, written by rank 0 only: under
+    torchrun every rank holds the same weights after training, and one writes them."""
+    from . import distributed
+
+    if distributed.is_main():
+        save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
+
+
 def load_saved(path: str | Path):
     """Load a classifier or tagger saved by this project (safetensors only) with its
     tokenizer; the head is the one its config names."""

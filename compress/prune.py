@@ -24,7 +24,7 @@ from .data import Prepared
 from .distill import DistillLossConfig, check_positions, distill_loss_fn, kd_loss, load_transfer, slice_ffn
 from . import distributed
 from .metrics import task_metrics
-from .models import count_parameters, load_saved, save_classifier
+from .models import count_parameters, load_saved, save_trained
 from .errors import UserError
 from .tokens import Encoded, collate, encode, length_grouped_batches
 from .train import FinetuneConfig, finetune, predict_logits, seed_everything, to_torch, write_one_evaluation
@@ -256,7 +256,6 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
             write_one_evaluation(tmp, final)
         head_heatmap(norm, spec, tmp / "head_importance.png")
         write_importance_csv(norm, spec, tmp / "head_importance.csv")
-        if distributed.is_main():
-            save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
+        save_trained(model, tokenizer, out_dir, task)
     summary["after"] = {"dev": dev_metrics()}
     return summary

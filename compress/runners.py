@@ -83,6 +83,18 @@ def cuda_unavailable() -> str | None:
     return None
 
 
+def load_torch_model(artifact: Artifact, device: torch.device):
+    """(model in eval mode on `device` at the artifact's precision, tokenizer, parameter
+    count of the saved weights): what every PyTorch runner starts from."""
+    model, tokenizer = load_saved(artifact.path)
+    num_params = count_parameters(model)
+    if artifact.precision == "fp16":
+        model = model.half()
+    elif artifact.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    return model.to(device).eval(), tokenizer, num_params
+
+
 class TorchRunner:
     """PyTorch eager, FP32 on either device; FP16 (cast at load) on the GPU only; BF16 (cast
     at load) on CPUs with native bf16 (AMX-BF16 / AVX512-BF16), where oneDNN runs the
@@ -93,14 +105,8 @@ class TorchRunner:
     def __init__(self, artifact: Artifact, target: str, threads: int):
         torch.set_num_threads(threads)
         self.device = torch.device(DEVICES[target])
-        model, self.tokenizer = load_saved(artifact.path)
-        self.num_params = count_parameters(model)
-        if artifact.precision == "fp16":
-            model = model.half()
-        elif artifact.precision == "bf16":
-            model = model.to(torch.bfloat16)
-        self.model = model.to(self.device).eval()
-        self.num_labels = model.config.num_labels
+        self.model, self.tokenizer, self.num_params = load_torch_model(artifact, self.device)
+        self.num_labels = self.model.config.num_labels
         self.backend = f"pytorch-{target}"
 
     @staticmethod

@@ -9,7 +9,7 @@ from pathlib import Path
 from . import distributed
 from .config import check
 from .data import Prepared
-from .models import load_classifier, save_classifier
+from .models import load_classifier, save_trained
 from .tokens import encode
 from .train import FinetuneConfig, finetune, predict_logits, seed_everything, write_one_evaluation
 from .metrics import task_metrics
@@ -49,7 +49,6 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
             write_one_evaluation(curves_tmp, final)
             summary["training"] = {"skipped": "teacher.finetune is false: the checkpoint is used as is",
                                    "final_dev": final}
-        if distributed.is_main():
-            save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
+        save_trained(model, tokenizer, out_dir, task)
     summary["stage_build_s"] = round(time.perf_counter() - t0, 1)
     return summary

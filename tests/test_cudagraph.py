@@ -84,6 +84,21 @@ def test_runner_through_the_fake_device_agrees_with_eager(tmp_path, tiny_model_d
     assert graphed.num_params == eager.num_params and graphed.num_labels == 2
 
 
+def test_a_tagger_replays_per_token_logits_of_the_real_positions(conll):
+    """A tagger's output is (batch, seq, tags): rows and positions padded up to the captured
+    bucket are cut off, and the real positions agree with eager."""
+    root, *_ = conll
+    art = Artifact("tagger", root / "teacher")
+    graphed = CudaGraphRunner(art, "gpu", threads=2, device=FakeDevice())
+    eager = TorchRunner(art, "cpu", threads=2)
+    for seed, (rows, seq) in enumerate([(3, 20), (1, 7)]):
+        b = _batch(rows, seq, seed)
+        out = graphed(b)
+        assert out.shape == (rows, seq, 9)
+        real = b["attention_mask"] == 1
+        np.testing.assert_allclose(out[real], eager(b)[real], atol=1e-5)
+
+
 def test_skip_reasons_without_cuda():
     assert "NVIDIA GPUs only" in CudaGraphRunner.unavailable("cpu")
     reason = cuda_unavailable()

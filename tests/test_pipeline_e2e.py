@@ -267,6 +267,8 @@ def test_conll2003_tags_flow_through_every_stage(tmp_path):
                if r["status"] == "ok" and r["artifact"] in ok and r.get("accuracy") is None
                and r["artifact"] != "bert_base_reference")
     assert "entity F1" in (repo / "reports/comparison.md").read_text()
+    _dvc(repo, "plots", "show", "-o", str(tmp_path / "plots"))  # curves and plots of a tagger's columns
+    assert (tmp_path / "plots" / "index.html").is_file()
     selection = json.loads((repo / "reports/selection.json").read_text())
     assert selection["reasons"] and selection["teacher_f1"] == cpu["f1"]
     if selection["chosen"]:  # `compress predict` runs the promoted tagger on raw text
