@@ -77,7 +77,7 @@ class BenchmarkConfig:
         return MeasureConfig(targets=list(self.targets), points=self.points(), eval_max_rows=32,
                              eval_batch_size=32, warmup_queries=self.warmup_queries,
                              min_queries=self.min_queries, min_duration_s=self.min_duration_s,
-                             max_duration_s=self.max_duration_s, threads=self.threads, gpu_fp16=False,
+                             max_duration_s=self.max_duration_s, threads=self.threads, gpu_fp16=False, gpu_cudagraph=[],
                              dev_stream_repeats=self.dev_stream_repeats)
 
 

@@ -61,6 +61,9 @@ class MeasureConfig:
     threads: int = 2
     isolate: bool = True  # measure in a child process (honest peak memory)
     gpu_fp16: bool = True  # on the gpu target, also run each PyTorch FP32 artifact cast to FP16
+    # on the gpu target, also run each PyTorch FP32 artifact replayed from CUDA graphs
+    # (`<name>_cudagraph` in FP16, `<name>_cudagraph_fp32`): launch overhead removed
+    gpu_cudagraph: list[str] = field(default_factory=lambda: ["fp16"])
     dev_stream_repeats: int = 0  # >0: timed passes of the whole dev split as `compress predict` runs it
     dev_stream_batch_size: int = 32
 
@@ -82,6 +85,10 @@ class MeasureConfig:
               f"max_duration_s ({self.max_duration_s}) must be >= min_duration_s ({self.min_duration_s})")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
         check(self.dev_stream_repeats >= 0, f"dev_stream_repeats must be >= 0, got {self.dev_stream_repeats}")
+        check(all(p in ("fp16", "fp32") for p in self.gpu_cudagraph) and
+              len(set(self.gpu_cudagraph)) == len(self.gpu_cudagraph),
+              f"gpu_cudagraph lists precisions of the CUDA-graph rows, fp16 and/or fp32 (empty: none), "
+              f"got {self.gpu_cudagraph}")
         check(self.dev_stream_batch_size >= 1,
               f"dev_stream_batch_size must be >= 1, got {self.dev_stream_batch_size}")
 
@@ -366,7 +373,9 @@ def measure_with_reference(artifacts: list[Artifact], references: list[Artifact]
     (a reference or an earlier artifact) gets `agreement_with_parent`, and its p50 speedup
     over that parent per target and point lands in details["speedup_vs_parent"]. On the
     gpu target a PyTorch FP32 artifact is also measured cast to FP16 (`<name>_fp16`) when
-    cfg.gpu_fp16.
+    cfg.gpu_fp16, and replayed from CUDA graphs (`<name>_cudagraph`, FP16;
+    `<name>_cudagraph_fp32`) for each precision in cfg.gpu_cudagraph; without CUDA these
+    rows are skipped with the reason, like every GPU row.
 
     Returns (records of `artifacts`, details) with details["same_run_reference"] holding the
     references' records, and details[f"speedup_vs_{name}"] for the first reference.
@@ -388,10 +397,13 @@ def measure_with_reference(artifacts: list[Artifact], references: list[Artifact]
         by_name[art.name] = mine
         if "cpu" in out:
             predictions[art.name] = out["cpu"]
-        if cfg.gpu_fp16 and "gpu" in cfg.targets and art.format == "pytorch" and art.precision == "fp32":
-            half = Artifact(f"{art.name}_fp16", art.path, "pytorch", "fp16", parent=art.name)
-            mine = mine + measure(half, prepared_root, replace(cfg, targets=["gpu"]),
-                                  parent_predictions=predictions.get(art.name))
+        if "gpu" in cfg.targets and art.format == "pytorch" and art.precision == "fp32":
+            variants = [Artifact(f"{art.name}_fp16", art.path, "pytorch", "fp16", parent=art.name)] * cfg.gpu_fp16
+            variants += [Artifact(f"{art.name}_cudagraph" + ("" if p == "fp16" else f"_{p}"), art.path,
+                                  "pytorch_cudagraph", p, parent=art.name) for p in cfg.gpu_cudagraph]
+            for v in variants:  # agreement with the eager FP32 parent's CPU predictions
+                mine = mine + measure(v, prepared_root, replace(cfg, targets=["gpu"]),
+                                      parent_predictions=predictions.get(art.name))
         records += mine
     from .report import speedups
 

@@ -31,7 +31,7 @@ import torch
 
 from .models import count_parameters, load_saved
 
-FORMATS = ("pytorch", "pytorch_int8", "pytorch_inc", "onnx", "openvino", "tensorrt")
+FORMATS = ("pytorch", "pytorch_int8", "pytorch_inc", "pytorch_cudagraph", "onnx", "openvino", "tensorrt")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
 
@@ -68,7 +68,9 @@ def artifact_dir(name: str, models_dir: Path) -> Path:
     if "_trt_" in name:
         parent, precision = name.rsplit("_trt_", 1)
         return models_dir / "trt" / f"{parent}-{precision}"
-    for suffix in ("_fp16", "_bf16"):  # a precision variant of a float artifact: same files
+    # a precision or runtime variant of a float artifact (cast at load, replayed from CUDA
+    # graphs): the same files
+    for suffix in ("_cudagraph_fp32", "_cudagraph", "_fp16", "_bf16"):
         if name.endswith(suffix) and not (models_dir / name).is_dir():
             return models_dir / name[: -len(suffix)]
     return models_dir / name
@@ -131,6 +133,9 @@ RUNNERS: dict[tuple[str, str], str] = {
     ("pytorch_int8", "gpu"): "skip:PyTorch dynamic INT8 kernels (fbgemm/onednn) run on the CPU only",
     ("pytorch_inc", "cpu"): "compress.inc:IncInt8Runner",
     ("pytorch_inc", "gpu"): "skip:Neural Compressor's PT2E INT8 graph runs on the CPU only",
+    # the float weights replayed from captured CUDA graphs (compress/cudagraph.py)
+    ("pytorch_cudagraph", "cpu"): "skip:CUDA graphs replay on NVIDIA GPUs only",
+    ("pytorch_cudagraph", "gpu"): "compress.cudagraph:CudaGraphRunner",
     ("onnx", "cpu"): "compress.onnx_runtime:OrtRunner",
     ("onnx", "gpu"): "compress.onnx_runtime:OrtRunner",
     ("openvino", "cpu"): "compress.openvino_ir:OpenVinoRunner",

@@ -205,6 +205,8 @@ def model_card(selection: dict, environment: dict) -> str:
         "pytorch": "compress.models.load_saved(path)  # BertFor{Sequence,Token}Classification + tokenizer",
         "pytorch_int8": "compress.quantize.load_dynamic_int8(path)  # rebuilt from safetensors, no pickle",
         "pytorch_inc": "compress.inc.load_inc_int8(path)  # rebuilt and verified, no pickle",
+        "pytorch_cudagraph": "compress.cudagraph.CudaGraphRunner(Artifact(name, path, 'pytorch_cudagraph', "
+                             "precision), 'gpu', threads)  # CUDA graphs replayed per query",
         "onnx": "onnxruntime.InferenceSession(path + '/model.onnx')  # inputs input_ids, attention_mask, token_type_ids",
         "openvino": "openvino.Core().compile_model(path + '/model.xml', 'CPU', "
                     "{'INFERENCE_PRECISION_HINT': 'bf16' if bf16 else 'f32'})  # or compress.openvino_ir.OpenVinoRunner",

@@ -15,7 +15,9 @@ def main(params: dict) -> None:
     card = prepare(cfg, PREPARED)
     write_report(make_report("prepare", [], environment(), {"data_card": card}), REPORTS)
     for name, s in card["splits"].items():
-        print(f"{name}: {s['rows']} rows, labels {s['label_counts']}")
+        counts = (f"{s['tokens']} words, entities {s['entities']}" if "entities" in s
+                  else f"labels {s['label_counts']}")
+        print(f"{name}: {s['rows']} rows, {counts}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from compress.config import ConfigError, build
 from compress.measure import (MeasureConfig, gpu_skip_reason, latency_point, measure, measure_with_reference,
                              time_queries)
 from compress.report import LatencyPoint, Record
@@ -140,6 +141,27 @@ def test_gpu_fp16_variant_is_measured_beside_fp32(tiny_model_dir, prepared_sst2)
     half = [r for r in records if r["artifact"] == "tiny_fp16"]
     assert len(half) == 1 and half[0]["target"] == "gpu" and half[0]["precision"] == "fp16"
     assert half[0]["status"] == "ok" and half[0]["agreement_with_parent"] >= 0.9
+
+
+def test_cudagraph_rows_beside_each_float_pytorch_artifact(tiny_model_dir, prepared_sst2):
+    """Every PyTorch FP32 artifact gets `<name>_cudagraph` (FP16) and, when asked,
+    `<name>_cudagraph_fp32` on the gpu target, parented to the eager artifact; without CUDA
+    they are skipped with the reason, like every GPU row (issue 15)."""
+    cfg = MeasureConfig(targets=["cpu", "gpu"], isolate=False, gpu_cudagraph=["fp16", "fp32"], **FAST)
+    records, _ = measure_with_reference([Artifact("tiny", tiny_model_dir)], [], prepared_sst2, cfg)
+    graphs = {r["artifact"]: r for r in records if r["format"] == "pytorch_cudagraph"}
+    assert set(graphs) == {"tiny_cudagraph", "tiny_cudagraph_fp32"}
+    assert {r["precision"] for r in graphs.values()} == {"fp16", "fp32"}
+    assert all(r["target"] == "gpu" for r in graphs.values())
+    if gpu_skip_reason() is None:
+        assert all(r["status"] == "ok" and r["agreement_with_parent"] >= 0.9 for r in graphs.values())
+    else:
+        assert all(r["status"] == "skipped" and "CUDA" in r["reason"] for r in graphs.values())
+    none = MeasureConfig(targets=["cpu", "gpu"], isolate=False, gpu_cudagraph=[], gpu_fp16=False, **FAST)
+    records, _ = measure_with_reference([Artifact("tiny", tiny_model_dir)], [], prepared_sst2, none)
+    assert [r["artifact"] for r in records] == ["tiny", "tiny"]
+    with pytest.raises(ConfigError, match="gpu_cudagraph"):
+        build(MeasureConfig, {"gpu_cudagraph": ["int8"]}, "measure")
 
 
 def test_a_child_that_dies_without_reporting_is_an_error_not_a_hang(tiny_model_dir, prepared_sst2, monkeypatch):

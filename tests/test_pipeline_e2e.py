@@ -100,7 +100,8 @@ def test_full_pipeline_repro_offline(tmp_path):
     distill = json.loads((repo / "reports/distill.json").read_text())
     assert {(r["artifact"], r["target"]) for r in distill["records"]} == {
         (a, t) for a in ("student", "student_control") for t in ("cpu", "gpu")} | {
-        ("student_fp16", "gpu"), ("student_control_fp16", "gpu")}  # FP16 runs on the GPU only
+        ("student_fp16", "gpu"), ("student_control_fp16", "gpu"),  # FP16 runs on the GPU only
+        ("student_cudagraph", "gpu"), ("student_control_cudagraph", "gpu")}  # so do CUDA graphs
     assert distill["details"]["speedup_vs_teacher"]["student.cpu.b1_s128"] > 0
     assert distill["details"]["student"]["steps"] == distill["details"]["control"]["steps"] == 8
     prune = json.loads((repo / "reports/prune.json").read_text())

@@ -87,9 +87,29 @@ def test_policy_rejects_bad_params(data, message):
         build(SelectPolicy, data, "select")
 
 
+def test_gpu_target_selects_among_gpu_rows_and_the_comparison_shows_them():
+    """With GPU records measured (a GPU machine's reports), the comparison gets a GPU table
+    and `select` with target gpu ranks the GPU rows: here the CUDA-graph FP16 student."""
+    from compress import comparison as C
+
+    gpu = [rec("teacher", 0.90, 4.7, 80, target="gpu", fmt="pytorch", precision="fp32"),
+           rec("student", 0.895, 1.7, 60, target="gpu", fmt="pytorch", precision="fp32"),
+           rec("student_fp16", 0.895, 1.8, 60, target="gpu", fmt="pytorch", precision="fp16"),
+           rec("student_cudagraph", 0.895, 0.4, 60, target="gpu", fmt="pytorch_cudagraph", precision="fp16")]
+    comp = {**COMPARISON, "stages": ["teacher", "distill"],
+            "records": [r for r in COMPARISON["records"] if r["target"] == "cpu"] + gpu}
+    assert C.targets_measured(comp) == ["cpu", "gpu"]
+    md = C.render_markdown(comp)
+    assert "## GPU" in md and "| student_cudagraph" in md
+    sel = select(comp, SelectPolicy(target="gpu"))
+    assert sel["chosen"] == "student_cudagraph" and sel["speedup_vs"]["teacher"] == round(4.7 / 0.4, 3)
+
+
 def test_artifact_dirs_follow_the_stage_layout(tmp_path):
     assert artifact_dir("student_trt_fp16", tmp_path) == tmp_path / "trt" / "student-fp16"
     assert artifact_dir("student_fp16", tmp_path) == tmp_path / "student"
+    assert artifact_dir("student_cudagraph", tmp_path) == tmp_path / "student"
+    assert artifact_dir("student_pruned_cudagraph_fp32", tmp_path) == tmp_path / "student_pruned"
     assert artifact_dir("student_onnx_int8", tmp_path) == tmp_path / "student_onnx_int8"
 
 
