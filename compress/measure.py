@@ -212,7 +212,7 @@ def record_gpu_peak(accuracy_peak_mb: float | None, points: list[LatencyPoint]) 
 def dev_stream_throughput(runner, task, examples: list, cfg: MeasureConfig) -> float:
     """Sentences/s over the whole dev split, classified as `compress predict` does it
     (tokenization included): one untimed pass, then the median of cfg.dev_stream_repeats."""
-    from .predict import Loaded, predict_stream
+    from .stream import Loaded, predict_stream
 
     loaded = Loaded(runner, task, [str(i) for i in range(runner.num_labels)], None)
 

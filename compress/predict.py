@@ -12,8 +12,6 @@ formats keep their parent's config.json), and label names identify older ones.
 from __future__ import annotations
 
 import json
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -22,6 +20,7 @@ import numpy as np
 from .data import TASKS, Example, get_task
 from .errors import UserError
 from .select import file_hashes
+from .stream import Loaded, predict_stream, tag_texts  # noqa: F401  (the public API of predict)
 
 DEFAULT_ARTIFACT = Path("models/production")
 
@@ -151,14 +150,6 @@ def resolve_task(path: str | Path, task: str | None = None) -> str:
     return name
 
 
-@dataclass
-class Loaded:
-    runner: object
-    task: object
-    label_names: list[str]
-    meta: dict | None
-
-
 def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: str = "cpu",
          threads: int = 2) -> Loaded:
     from transformers import AutoConfig
@@ -205,92 +196,6 @@ def parse_lines(lines: Iterable[bytes | str], pair: bool, source: str) -> Iterat
             yield Example(parts[0], parts[1], -1)
         else:
             yield Example(line, None, -1)
-
-
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    part = []
-    for x in items:
-        part.append(x)
-        if len(part) == size:
-            yield part
-            part = []
-    if part:
-        yield part
-
-
-def predict_stream(loaded: Loaded, examples: Iterable[Example], batch_size: int = 32, max_length: int = 128,
-                   progress: bool = False, total: int | None = None) -> Iterator[dict]:
-    """Label and probabilities for each example, in input order, as they are computed.
-
-    Reads `examples` lazily in chunks of 4096, so an input file of any length is never
-    held in memory, nor are its token ids or results. Texts longer than `max_length`
-    tokens are truncated by the tokenizer. Raises UserError when there is no input."""
-    from tqdm.auto import tqdm
-
-    from .tokens import collate, encode, eval_batches
-
-    bar = tqdm(total=total, desc="predict", unit="text", disable=not progress, file=sys.stderr)
-    seen = 0
-    if loaded.task.token_level:
-        for part in _chunks(examples, 4096):
-            yield from tag_texts(loaded, [_text_of(ex) for ex in part], batch_size, max_length)
-            bar.update(len(part))
-            seen += len(part)
-    for part in _chunks(examples if not loaded.task.token_level else [], 4096):
-        enc = encode(loaded.runner.tokenizer, part, max_length)  # longer texts are truncated
-        logits = np.zeros((len(part), loaded.runner.num_labels), dtype=np.float32)
-        for idx in eval_batches(enc.lengths(), batch_size):
-            logits[idx] = loaded.runner(collate(enc, idx))
-            bar.update(len(idx))
-        z = logits - logits.max(axis=1, keepdims=True)
-        probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-        for ex, p in zip(part, probs):
-            k = int(p.argmax())
-            yield {"text": ex.text_a if ex.text_b is None else [ex.text_a, ex.text_b],
-                   "label": loaded.label_names[k],
-                   "probabilities": {n: round(float(v), 6) for n, v in zip(loaded.label_names, p)}}
-        seen += len(part)
-    bar.close()
-    if not seen:
-        raise UserError("no input texts: give texts as arguments, --file FILE, or lines on standard input")
-
-
-def _text_of(ex) -> str:
-    """Raw text to tag: a line of input, or a prepared sentence's words joined by spaces
-    (the dev-stream measurement tags the dev split the way users' text is tagged)."""
-    return ex.text_a if isinstance(ex, Example) else " ".join(ex.words)
-
-
-def tag_texts(loaded: Loaded, texts: list[str], batch_size: int, max_length: int) -> list[dict]:
-    """Entities in each text: the tokenizer's words (with character spans), a tag per word
-    from its first piece, BIO spans (conlleval rules) as character spans of the text.
-    `score`: the smallest probability the model gave to the tags of the entity's words.
-    Words cut by max_length are tagged O."""
-    from .ner import Sentence, entities_in_text, words_with_spans
-    from .tokens import collate, encode, eval_batches
-
-    tok = loaded.runner.tokenizer
-    spans = [words_with_spans(tok, t) for t in texts]
-    sents = [Sentence(tuple(w for w, *_ in s), (0,) * len(s)) for s in spans]
-    keep = [i for i, s in enumerate(sents) if s.words]  # a text of spaces only has no words
-    enc = encode(tok, [sents[i] for i in keep], max_length)
-    logits = np.zeros((len(enc.labels), loaded.runner.num_labels), dtype=np.float32)
-    for idx in eval_batches(enc.lengths(), batch_size) if keep else []:
-        logits[enc.positions(idx)] = enc.scored(loaded.runner(collate(enc, idx)), idx)
-    z = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probs = z / z.sum(axis=1, keepdims=True)
-    out = [{"text": t, "entities": []} for t in texts]
-    for row, i in enumerate(keep):
-        p = probs[enc.offsets[row]:enc.offsets[row + 1]]
-        tags = p.argmax(-1).tolist()
-        found = entities_in_text(texts[i], spans[i], tags + [0] * (len(spans[i]) - len(tags)))
-        for e in found:
-            first = next(k for k, (_, a, _) in enumerate(spans[i]) if a == e["start"])
-            last = next(k for k, (_, _, b) in enumerate(spans[i]) if b == e["end"])
-            scores = [float(p[k, tags[k]]) for k in range(first, min(last + 1, len(tags)))]
-            e["score"] = round(min(scores), 6) if scores else 0.0
-        out[i]["entities"] = found
-    return out
 
 
 def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_length: int = 128,

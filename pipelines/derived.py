@@ -6,18 +6,31 @@ import time
 
 from compress.env import environment
 from compress.measure import MeasureConfig, measure_with_reference
-from compress.report import make_report, write_report
+from compress.report import make_report, primary_metric, write_report
 from compress.runners import Artifact
 
 from .common import PREPARED, REPORTS
 
 
-def accuracy_vs_parent(records: list[dict], references: list[dict]) -> dict:
-    """{artifact: accuracy / parent accuracy} on the CPU, parents measured in the same run."""
-    acc = {r["artifact"]: r["accuracy"] for r in [*references, *records]
+def retained_vs(records: list[dict], references: list[dict], parent_of=lambda r: r.get("parent")) -> dict:
+    """{artifact: metric / parent's metric} on the CPU, parents measured in the same run;
+    the metric is the task's primary one (accuracy; entity F1 for a tagger)."""
+    metric = primary_metric([*references, *records])[0]
+    acc = {r["artifact"]: r[metric] for r in [*references, *records]
            if r["target"] == "cpu" and r["status"] == "ok"}
-    return {r["artifact"]: round(r["accuracy"] / acc[r["parent"]], 4) for r in records
-            if r["target"] == "cpu" and r["status"] == "ok" and acc.get(r.get("parent"))}
+    return {r["artifact"]: round(r[metric] / acc[parent_of(r)], 4) for r in records
+            if r["target"] == "cpu" and r["status"] == "ok" and acc.get(parent_of(r))}
+
+
+def retained_key(records: list[dict], vs: str) -> str:
+    """The summary key of retained_vs: accuracy_retained_vs_<vs> (f1_... for a tagger)."""
+    return f"{primary_metric(records)[0]}_retained_vs_{vs}"
+
+
+def headline(r: dict) -> str:
+    """`accuracy=0.89` (or `f1=0.91` for a tagger) for a stage's console lines."""
+    metric = primary_metric([r])[0]
+    return f"{metric}={r.get(metric)}"
 
 
 def measure_and_report(stage: str, artifacts: list[Artifact], parents: list[Artifact], mcfg: MeasureConfig,
@@ -28,12 +41,12 @@ def measure_and_report(stage: str, artifacts: list[Artifact], parents: list[Arti
     if artifacts:
         records, same_run = measure_with_reference(artifacts, parents, PREPARED, mcfg)
         summary.update(same_run)
-        summary["accuracy_retained_vs_parent"] = accuracy_vs_parent(records, same_run["same_run_reference"])
+        summary[retained_key(records, "parent")] = retained_vs(records, same_run["same_run_reference"])
     records += list(extra_records)
     summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
     write_report(make_report(stage, records, environment(mcfg.threads), summary), REPORTS)
     for r in records:
-        print(f"{r['artifact']}/{r['target']}: {r['status']} accuracy={r['accuracy']} "
+        print(f"{r['artifact']}/{r['target']}: {r['status']} {headline(r)} "
               f"agreement={r['agreement_with_parent']} p50={r['latency_ms_p50']} ms {r['reason'] or ''}")
     print("speedup vs parent:", summary.get("speedup_vs_parent"))
     return records

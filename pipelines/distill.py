@@ -12,6 +12,7 @@ from compress.report import make_report, write_report
 from compress.runners import Artifact
 
 from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
+from .derived import headline, retained_key, retained_vs
 
 
 def main(params: dict) -> None:
@@ -28,13 +29,12 @@ def main(params: dict) -> None:
         [Artifact(name, MODELS / name, parent="teacher") for name in ("student", "student_control")],
         [Artifact("teacher", MODELS / "teacher")], PREPARED, mcfg)
     summary.update(same_run)
-    teacher_acc = next(r for r in same_run["same_run_reference"] if r["target"] == "cpu")["accuracy"]
-    summary["accuracy_retained_vs_teacher"] = {
-        r["artifact"]: round(r["accuracy"] / teacher_acc, 4) for r in records if r["target"] == "cpu"}
+    summary[retained_key(records, "teacher")] = retained_vs(records, same_run["same_run_reference"],
+                                                            parent_of=lambda r: "teacher")
     summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
     write_report(make_report("distill", records, environment(mcfg.threads), summary), REPORTS)
     for r in records:
-        print(f"{r['artifact']}/{r['target']}: {r['status']} accuracy={r['accuracy']} p50={r['latency_ms_p50']} ms")
+        print(f"{r['artifact']}/{r['target']}: {r['status']} {headline(r)} p50={r['latency_ms_p50']} ms")
     print("speedup vs teacher:", summary["speedup_vs_teacher"])
 
 

@@ -8,7 +8,7 @@ from compress.data import Prepared
 from compress.env import environment
 from compress.measure import MeasureConfig, measure_with_reference
 from compress.prune import PruneConfig, prune_student
-from compress.report import make_report, write_report
+from compress.report import make_report, primary_metric, write_report
 from compress.runners import Artifact
 
 from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
@@ -29,13 +29,14 @@ def main(params: dict) -> None:
     summary.update(same_run)
     cpu = next(r for r in records if r["target"] == "cpu")
     ref_cpu = next(r for r in same_run["same_run_reference"] if r["target"] == "cpu")
-    summary["accuracy_change_vs_student_points"] = round(100 * (cpu["accuracy"] - ref_cpu["accuracy"]), 2)
+    metric = primary_metric(records)[0]  # accuracy; entity F1 for a tagger
+    summary[f"{metric}_change_vs_student_points"] = round(100 * (cpu[metric] - ref_cpu[metric]), 2)
     summary["stage_wall_s"] = round(time.perf_counter() - t0, 1)
     write_report(make_report("prune", records, environment(mcfg.threads), summary), REPORTS)
     p = summary["pruned"]
     print(f"pruned {p['heads_removed']}/{p['heads_total']} heads, heads per layer {p['heads_per_layer']}, "
-          f"FFN {p['intermediate_size']}; accuracy {cpu['accuracy']} "
-          f"({summary['accuracy_change_vs_student_points']:+} points vs student)")
+          f"FFN {p['intermediate_size']}; {metric} {cpu[metric]} "
+          f"({summary[f'{metric}_change_vs_student_points']:+} points vs student)")
     print("speedup vs student:", summary["speedup_vs_student"])
 
 

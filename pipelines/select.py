@@ -13,8 +13,8 @@ def render(sel: dict) -> str:
     p = sel["policy"]
     metrics, at = p.get("floor_metrics", ["accuracy"]), p.get("floor_at", "point")
     # a floor metric the teacher's record lacks (F1 on a single-sentence task) was not checked
-    unchecked = [m for m in metrics if m != "accuracy" and sel.get("teacher_accuracy") is not None
-                 and sel.get(f"teacher_{m}") is None]
+    measured = any(sel.get(f"teacher_{m}") is not None for m in metrics)
+    unchecked = [m for m in metrics if measured and sel.get(f"teacher_{m}") is None]
     lines = ["# Production selection", "",
              f"Policy: target `{p['target']}`, " + " and ".join(FLOOR_METRICS[m] for m in metrics)
              + f" >= {p['accuracy_floor_vs_teacher']:.1%} of the teacher's (floor_metrics [{', '.join(metrics)}], "

@@ -11,6 +11,7 @@ from compress.runners import Artifact
 from compress.teacher import TeacherConfig, build_teacher
 
 from .common import MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
+from .derived import headline
 
 
 def main(params: dict) -> None:
@@ -26,7 +27,7 @@ def main(params: dict) -> None:
     report = make_report("teacher", records, environment(mcfg.threads), summary)
     write_report(report, REPORTS)
     for r in records:
-        print(f"teacher/{r['target']}: {r['status']} accuracy={r['accuracy']} "
+        print(f"teacher/{r['target']}: {r['status']} {headline(r)} "
               f"p50={r['latency_ms_p50']} ms {r['reason'] or ''}")
 
 

@@ -370,3 +370,43 @@ def test_predict_streams_its_input():
     endless = (Example(f"text {i}", None, -1) for i in itertools.count())
     first = list(itertools.islice(predict_stream(loaded, endless), 5))
     assert [r["text"] for r in first] == [f"text {i}" for i in range(5)]
+
+
+def test_every_stage_lists_the_code_it_imports():
+    """dvc.yaml deps name every project module a stage's entry point imports, directly or
+    through other project modules (lazy imports inside functions included): a change to
+    one must rerun the stage, or dvc.lock would vouch for outputs the code no longer makes."""
+    import ast
+
+    import yaml
+
+    def module_file(name: str):
+        path = REPO / (name.replace(".", "/") + ".py")
+        return path if path.is_file() else None
+
+    def imports(path):
+        pkg = path.parent.name
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # from .x import y / from . import x
+                    base = f"{pkg}.{base}" if base else pkg
+                for alias in node.names:
+                    out |= {f"{base}.{alias.name}", base}
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+        return {f for f in map(module_file, out) if f is not None}
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        entry = module_file(stage["cmd"].split("-m ", 1)[1].split()[0])
+        seen, todo = set(), [entry]
+        while todo:
+            f = todo.pop()
+            if f not in seen:
+                seen.add(f)
+                todo += imports(f)
+        needed = {str(f.relative_to(REPO)) for f in seen if f.name != "__init__.py"}
+        missing = sorted(needed - set(stage["deps"]))
+        assert not missing, f"dvc.yaml stage {name} imports {missing} but does not list them in deps"
