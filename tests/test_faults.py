@@ -66,6 +66,7 @@ def _cached_outs(repo: Path) -> dict:
 def test_killed_stages_leave_nothing_valid_and_rerun_cleanly(tmp_path):
     params = tiny_params("sst2")
     params["teacher"]["train"]["epochs"] = 16.0  # 128 steps: long enough to be killed mid-training
+    params["teacher"]["train"]["log_every_steps"] = 1  # a curve row per step: the kill comes after 3
     # what is measured does not matter here: one small point on the CPU
     params["measure"] = {**params["measure"], "targets": ["cpu"], "points": [[1, 16]], "eval_max_rows": 16}
     repo = _copy_repo(tmp_path / "repo", params)

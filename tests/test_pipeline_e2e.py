@@ -24,6 +24,11 @@ TINY_MEASURE = {"points": [[1, 128], [32, 128]], "warmup_queries": 1, "min_queri
                 "min_duration_s": 0.0, "eval_max_rows": 64, "isolate": False}
 
 
+BENCH_EXCLUDE = ["student_control", "student_pruned", "student_int8_torch", "student_pruned_int8_torch",
+                 "student_int8_inc", "student_pruned_onnx", "student_pruned_onnx_int8", "student_ov",
+                 "student_pruned_ov", "student_pruned_ov_int8", "student_pruned_bf16", "student_pruned_ov_bf16"]
+
+
 def tiny_params(task: str, train_rows: int = 256) -> dict:
     """Every stage on a slice of the real data, one short epoch each."""
     return {
@@ -43,8 +48,11 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
         "tensorrt": {"calibration_rows": 16},
         "openvino": {"calibration_rows": 32, "validation_rows": 32},
         "measure": TINY_MEASURE,
+        # a few artifacts of each kind (the others keep their stage's figures, marked †): the
+        # benchmark measures each in a fresh process, most of a tiny run's time otherwise
         "benchmark": {"seq_lens": [16, 128], "batch_sizes": [1, 32], "reference": "random:tiny",
-                      "warmup_queries": 1, "min_queries": 3, "min_duration_s": 0.0, "dev_stream_repeats": 1},
+                      "warmup_queries": 1, "min_queries": 3, "min_duration_s": 0.0, "dev_stream_repeats": 1,
+                      "exclude": BENCH_EXCLUDE},
     }
 
 
@@ -151,7 +159,7 @@ def test_full_pipeline_repro_offline(tmp_path):
     assert ov_bench["dev_stream_seq_per_s"] > 0  # real-length throughput over the dev split
     assert comparison["same_run_speedups"]["vs_teacher"]["student_onnx_int8"]["cpu"] > 0
     assert "student_control/cpu" in comparison["latency_from_stage"]  # not benchmarked: its stage's figure
-    assert all(x.startswith("student_control") for x in comparison["latency_from_stage"])
+    assert {x.split("/")[0] for x in comparison["latency_from_stage"]} <= set(BENCH_EXCLUDE)
     page = (repo / "reports/comparison.html").read_text()
     assert page.count("<svg") == 3 and "student_pruned_onnx_int8" in page
     seq_csv = (repo / "reports/plots/compare/latency_vs_seq_cpu.csv").read_text().splitlines()
