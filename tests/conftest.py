@@ -163,3 +163,13 @@ def conll(tmp_path_factory):
 
     save_classifier(model, tok, root / "teacher", list(TAGS), task="conll2003")
     return root, card, prepared, summary
+
+
+@pytest.fixture(scope="session")
+def conll_prepared(tmp_path_factory) -> Path:
+    """The small CoNLL directory (write_conll), prepared (32 train sentences); no model."""
+    from compress.data import PrepareConfig, prepare
+
+    root = tmp_path_factory.mktemp("conll_prepared")
+    prepare(PrepareConfig(task="conll2003", source=str(write_conll(root / "src"))), root / "prepared")
+    return root / "prepared"

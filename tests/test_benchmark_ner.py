@@ -13,19 +13,6 @@ from compress import benchmark as bench
 from compress.benchmark import REFERENCE_NAME, BenchmarkConfig, benchmark, build_reference
 from compress.models import load_saved
 from compress.ner import TAGS
-from conftest import write_conll
-
-
-@pytest.fixture(scope="module")
-def conll_prepared(tmp_path_factory) -> Path:
-    """test_ner's small CoNLL directory, prepared; no model trained."""
-    from compress.data import PrepareConfig, prepare
-
-    root = tmp_path_factory.mktemp("conll")
-    (root / "src").mkdir()
-    write_conll(root / "src")
-    prepare(PrepareConfig(task="conll2003", source=str(root / "src")), root / "prepared")
-    return root / "prepared"
 
 
 def test_reference_has_the_head_of_its_kind(tmp_path):

@@ -27,72 +27,50 @@ from compress.tensorrt_engine import (EngineBuildError, EngineConfig, TrtRunner,
                                       compared_logits, onnx_num_labels, parity_check, prepare_onnx, resolve_onnx,
                                       take_rows, tensorrt_unavailable, training_batches)
 from conftest import REPO, tiny_model
-from conftest import write_conll
 
 REASON = tensorrt_unavailable()
 needs_trt = pytest.mark.skipif(REASON is not None, reason=f"TensorRT engines cannot be built here: {REASON}")
 INPUTS = ["input_ids", "attention_mask", "token_type_ids"]
 
 
-@pytest.fixture(scope="module")
-def export(tmp_path_factory):
-    """A tiny BERT exported to ONNX beside its tokenizer and config (the export stage's
-    layout). Every weight is drawn at random so no two initializers are equal (the exporter
-    stores equal ones once) and the logits are not all near zero."""
-    model, tokenizer = tiny_model()
-    torch.manual_seed(1)
+def _tiny_onnx(tmp_path_factory, model, tokenizer, name: str, labels: list[str], seed: int, per_token: bool):
+    """`model` with every weight drawn at random (so no two initializers are equal: the
+    exporter stores equal ones once; and the logits are not all near zero), exported to
+    ONNX beside its tokenizer and config (the export stage's layout)."""
+    torch.manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.05)
     model.eval()
-    model.config.id2label = {0: "negative", 1: "positive"}
-    model.config.label2id = {"negative": 0, "positive": 1}
-    out = tmp_path_factory.mktemp("onnx") / "student"
+    model.config.id2label = dict(enumerate(labels))
+    model.config.label2id = {t: i for i, t in enumerate(labels)}
+    out = tmp_path_factory.mktemp("onnx") / name
     out.mkdir()
     model.config.save_pretrained(out)
     tokenizer.save_pretrained(out)
     ids = torch.randint(1000, 2000, (2, 16))
+    logits_axes = {0: "batch", 1: "seq"} if per_token else {0: "batch"}
     torch.onnx.export(model, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(out / "model.onnx"),
                       dynamo=False, opset_version=17, input_names=INPUTS, output_names=["logits"],
-                      dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in INPUTS}, "logits": {0: "batch"}})
+                      dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in INPUTS}, "logits": logits_axes})
     return SimpleNamespace(dir=out, onnx=out / "model.onnx", num_params=count_parameters(model))
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    """A tiny BERT classifier exported to ONNX."""
+    model, tokenizer = tiny_model()
+    return _tiny_onnx(tmp_path_factory, model, tokenizer, "student", ["negative", "positive"], 1, per_token=False)
 
 
 @pytest.fixture(scope="module")
 def tagger(tmp_path_factory):
-    """A tiny BERT tagger (9 CoNLL tags) exported to ONNX as the export stage lays it out:
-    logits (batch, seq, tags) with dynamic batch and seq. Random weights, as `export`."""
+    """A tiny BERT tagger (9 CoNLL tags) exported as the export stage lays it out: logits
+    (batch, seq, tags) with dynamic batch and seq."""
     from compress.models import load_classifier
 
     model, tokenizer, _ = load_classifier("random:tiny", len(TAGS), seed=0, kind="token")
-    torch.manual_seed(2)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.05)
-    model.eval()
-    model.config.id2label = dict(enumerate(TAGS))
-    model.config.label2id = {t: i for i, t in enumerate(TAGS)}
-    out = tmp_path_factory.mktemp("onnx") / "tagger"
-    out.mkdir()
-    model.config.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    ids = torch.randint(1000, 2000, (2, 16))
-    torch.onnx.export(model, (ids, torch.ones_like(ids), torch.zeros_like(ids)), str(out / "model.onnx"),
-                      dynamo=False, opset_version=17, input_names=INPUTS, output_names=["logits"],
-                      dynamic_axes={**{n: {0: "batch", 1: "seq"} for n in INPUTS}, "logits": {0: "batch", 1: "seq"}})
-    return SimpleNamespace(dir=out, onnx=out / "model.onnx", num_params=count_parameters(model))
-
-
-@pytest.fixture(scope="module")
-def conll_prepared(tmp_path_factory) -> Path:
-    """test_ner's small CoNLL directory, prepared (32 train sentences); no model trained."""
-    from compress.data import PrepareConfig, prepare
-
-    root = tmp_path_factory.mktemp("conll")
-    (root / "src").mkdir()
-    write_conll(root / "src")
-    prepare(PrepareConfig(task="conll2003", source=str(root / "src")), root / "prepared")
-    return root / "prepared"
+    return _tiny_onnx(tmp_path_factory, model, tokenizer, "tagger", list(TAGS), 2, per_token=True)
 
 
 def make_batch(rows: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
