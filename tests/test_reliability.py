@@ -410,3 +410,25 @@ def test_every_stage_lists_the_code_it_imports():
         needed = {str(f.relative_to(REPO)) for f in seen if f.name != "__init__.py"}
         missing = sorted(needed - set(stage["deps"]))
         assert not missing, f"dvc.yaml stage {name} imports {missing} but does not list them in deps"
+
+
+def test_stages_track_every_param_key_and_only_their_own_tasks_preset():
+    """A section with task presets is listed key by key in dvc.yaml, its presets as
+    `<section>.by_task.${prepare.task}`: every key still reruns the stage, and tuning one
+    task's preset never reruns another task's pipeline. So every such section needs a
+    preset for every task (DVC refuses a listed key that is missing)."""
+    from compress.data import TASKS
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for sec, body in params.items():
+        if not isinstance(body, dict) or "by_task" not in body:
+            continue
+        assert set(body["by_task"]) == set(TASKS), f"{sec}.by_task needs a preset per task ({{}}: none)"
+        users = [name for name, st in stages.items() if any(str(p).split(".")[0] == sec for p in st.get("params", []))]
+        assert users, sec
+        for name in users:
+            listed = set(map(str, stages[name]["params"]))
+            assert sec not in listed, f"stage {name} lists all of {sec}: every task's presets would rerun it"
+            want = {f"{sec}.{k}" for k in body if k != "by_task"} | {f"{sec}.by_task.${{prepare.task}}"}
+            assert want <= listed, f"stage {name} does not track {sorted(want - listed)}"
