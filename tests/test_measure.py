@@ -18,10 +18,11 @@ def test_cpu_record_has_every_field(tiny_model_dir, prepared_sst2):
     (rec,) = measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg)
     assert rec["status"] == "ok" and rec["reason"] is None
     unset = {k for k, v in rec.items() if v is None}
-    # Left empty: GPU memory, F1 (SST-2 has none), the stage (make_report fills it) and the
+    # Left empty: GPU memory, F1 and the tagging fields (SST-2 has none), the stage (make_report fills it) and the
     # headline figures, which are defined at (1,128) and (32,128), points not measured here.
     # No parent given, so no agreement either.
-    assert unset == {"reason", "peak_gpu_mem_mb", "f1", "f1_ci95_low", "f1_ci95_high", "stage",
+    assert unset == {"reason", "peak_gpu_mem_mb", "f1", "f1_ci95_low", "f1_ci95_high", "token_accuracy",
+                     "f1_per_type", "stage",
                      "latency_ms_p50", "latency_ms_p90",
                      "latency_ms_p99", "throughput_seq_per_s", "parent", "agreement_with_parent",
                      "dev_stream_seq_per_s"}  # the benchmark stage asks for it (dev_stream_repeats)
@@ -245,15 +246,17 @@ def test_cpu_oom_text_is_still_an_error():
 def test_dev_stream_throughput_classifies_the_whole_dev_split(tiny_model_dir, prepared_sst2, monkeypatch):
     """Real-length throughput goes through compress predict's own loop over every dev row."""
     import compress.predict as predict
+    import compress.stream as stream
 
+    assert predict.predict_stream is stream.predict_stream  # the loop `compress predict` runs
     seen = []
-    real = predict.predict_stream
+    real = stream.predict_stream
 
     def counting(loaded, examples, batch_size=32, max_length=128, *a, **k):
         seen.append((len(examples), batch_size, max_length))
         return real(loaded, examples, batch_size, max_length, *a, **k)
 
-    monkeypatch.setattr(predict, "predict_stream", counting)
+    monkeypatch.setattr(stream, "predict_stream", counting)
     cfg = MeasureConfig(targets=["cpu"], isolate=False, dev_stream_repeats=2, eval_max_rows=2, **FAST)
     (rec,) = measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg)
     assert rec["dev_stream_seq_per_s"] > 0 and rec["eval_rows"] == 2
