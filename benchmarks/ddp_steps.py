@@ -31,13 +31,12 @@ def worker(args) -> None:
 
     from compress import distributed
     from compress.config import build, section
-    from compress.data import Prepared
+    from compress.data import Prepared, get_task
     from compress.distributed import LaunchConfig
     from compress.models import load_classifier
     from compress.teacher import TeacherConfig
     from compress.tokens import encode
-    from compress.data import get_task
-from compress.train import finetune, seed_everything
+    from compress.train import finetune, seed_everything
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     teacher = section(params, "teacher", TeacherConfig)

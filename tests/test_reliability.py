@@ -356,7 +356,7 @@ def test_predict_streams_its_input():
     """An endless input yields its first results after one chunk: nothing is read whole."""
     import itertools
 
-    from compress.data import Example
+    from compress.data import Example, get_task
     from compress.predict import Loaded, predict_stream
 
     class Runner:
@@ -366,7 +366,7 @@ def test_predict_streams_its_input():
         def __call__(self, batch):
             return np.zeros((len(batch["input_ids"]), 2), dtype=np.float32)
 
-    loaded = Loaded(runner=Runner(), task=None, label_names=["negative", "positive"], meta=None)
+    loaded = Loaded(runner=Runner(), task=get_task("sst2"), label_names=["negative", "positive"], meta=None)
     endless = (Example(f"text {i}", None, -1) for i in itertools.count())
     first = list(itertools.islice(predict_stream(loaded, endless), 5))
     assert [r["text"] for r in first] == [f"text {i}" for i in range(5)]
