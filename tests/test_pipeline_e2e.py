@@ -89,7 +89,7 @@ def _dvc(cwd: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProce
     return proc
 
 
-@pytest.mark.timeout(2400)  # every stage, each measured in fresh processes: >15 min on an AVX2-only 2-core EPYC
+@pytest.mark.timeout(2400)  # every stage: 510 s alone on an AVX2-only 2-core EPYC, 1010 s when loaded
 def test_full_pipeline_repro_offline(tmp_path):
     repo = _copy_repo(tmp_path / "repo", tiny_params("sst2"))
     _dvc(repo, "repro", timeout=2100)
