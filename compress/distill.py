@@ -31,7 +31,7 @@ from .errors import UserError
 from .augment import UNLABELLED, AugmentConfig, augment, describe
 from .data import Prepared, json_line, read_jsonl
 from .models import load_saved, save_trained
-from .tokens import Encoded, collate, encode, eval_batches
+from .tokens import Encoded, encode, eval_batches, position_logits
 from .train import FinetuneConfig, finetune, seed_everything, to_torch
 
 
@@ -85,10 +85,10 @@ def teacher_logits(teacher, enc: Encoded, batch_size: int = 128, desc: str = "te
     Under torchrun each rank runs every world-th batch of the one-process batches (so each
     row is computed in the same batch as by one process) and all get every row."""
     teacher.eval()
-    out = np.zeros((len(enc.labels), teacher.config.num_labels), dtype=np.float32)
     batches = distributed.shard(eval_batches(enc.lengths(), batch_size))
-    for idx in tqdm(batches, desc=desc, unit="batch", mininterval=2.0, disable=not distributed.is_main()):
-        out[enc.positions(idx)] = enc.scored(teacher(**to_torch(collate(enc, idx))).logits.float().numpy(), idx)
+    batches = tqdm(batches, desc=desc, unit="batch", mininterval=2.0, disable=not distributed.is_main())
+    out = position_logits(enc, batches, lambda b: teacher(**to_torch(b)).logits.float().numpy(),
+                          teacher.config.num_labels)
     return distributed.gather_rows(out)
 
 

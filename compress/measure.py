@@ -235,7 +235,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     from tqdm.auto import tqdm
 
     from .runners import load_runner
-    from .tokens import collate, encode, eval_batches
+    from .tokens import collate, encode, eval_batches, position_logits
 
     torch.set_num_threads(cfg.threads)
     prepared = Prepared.open(prepared_root)
@@ -254,10 +254,9 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     # logits of every scored position (a row, or each kept word's first piece).
     task = prepared.task
     enc = encode(runner.tokenizer, dev, cfg.eval_max_length)
-    logits = np.zeros((len(enc.labels), runner.num_labels), dtype=np.float32)
-    batches = eval_batches(enc.lengths(), cfg.eval_batch_size)
-    for idx in tqdm(batches, desc=f"{artifact.name}/{target} accuracy", unit="batch", leave=False):
-        logits[enc.positions(idx)] = enc.scored(runner(collate(enc, idx)), idx)
+    batches = tqdm(eval_batches(enc.lengths(), cfg.eval_batch_size),
+                   desc=f"{artifact.name}/{target} accuracy", unit="batch", leave=False)
+    logits = position_logits(enc, batches, runner, runner.num_labels)
     metrics = task_metrics(task, enc, logits)
     accuracy_gpu_peak = gpu_memory.peak_mb() if gpu_memory is not None else None
     predictions = logits.argmax(axis=1)

@@ -124,7 +124,6 @@ def card_counts(sentences: Iterable[Sentence]) -> dict:
 class Aligned:
     input_ids: list[int]
     labels: list[int]  # the word's tag on its first piece, IGNORE elsewhere
-    word_of_piece: list[int | None]  # word index of each piece (None: [CLS]/[SEP])
     words_kept: int  # words that fit max_length (the rest were cut at a word boundary)
 
 
@@ -146,18 +145,8 @@ def align(tokenizer, sentence: Sentence, max_length: int) -> Aligned:
         labels.append(sentence.tags[w] if w != prev else IGNORE)
         prev = w
     return Aligned(input_ids=[tokenizer.cls_token_id, *ids[:cut], tokenizer.sep_token_id],
-                   labels=[IGNORE, *labels, IGNORE], word_of_piece=[None, *word_ids[:cut], None],
+                   labels=[IGNORE, *labels, IGNORE],
                    words_kept=kept_words)
-
-
-def word_predictions(piece_pred: Sequence[int], aligned: Aligned) -> list[int]:
-    """Per-word tag ids from per-piece predictions: each word takes its first piece's."""
-    out, prev = [], None
-    for p, w in zip(piece_pred, aligned.word_of_piece):
-        if w is not None and w != prev:
-            out.append(int(p))
-        prev = w if w is not None else prev
-    return out
 
 
 # --- entities in raw text (compress predict) ------------------------------------------------

@@ -15,8 +15,6 @@ import json
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import numpy as np
-
 from .data import TASKS, Example, get_task
 from .errors import UserError
 from .select import file_hashes
@@ -209,15 +207,13 @@ def evaluate(loaded: Loaded, source: str, split: str = "dev", batch_size: int = 
     recall, word tag accuracy and F1 per entity type."""
     from .data import read_split
     from .metrics import entity_metrics_of, task_metrics
-    from .tokens import collate, encode, eval_batches
+    from .tokens import encode, eval_batches, position_logits
 
     examples = list(read_split(source, split, loaded.task))
     if not examples:
         raise UserError(f"{source}: split '{split}' has no rows")
     enc = encode(loaded.runner.tokenizer, examples, max_length)
-    logits = np.zeros((len(enc.labels), loaded.runner.num_labels), dtype=np.float32)
-    for idx in eval_batches(enc.lengths(), batch_size):
-        logits[enc.positions(idx)] = enc.scored(loaded.runner(collate(enc, idx)), idx)
+    logits = position_logits(enc, eval_batches(enc.lengths(), batch_size), loaded.runner, loaded.runner.num_labels)
     out = {"rows": len(enc), "source": source, "split": split, **task_metrics(loaded.task, enc, logits)}
     if enc.token_level:
         m = entity_metrics_of(enc, logits.argmax(-1))

@@ -83,16 +83,15 @@ def tag_texts(loaded: Loaded, texts: list[str], batch_size: int, max_length: int
     `score`: the smallest probability the model gave to the tags of the entity's words.
     Words cut by max_length are tagged O."""
     from .ner import Sentence, entities_in_text, words_with_spans
-    from .tokens import collate, encode, eval_batches
+    from .tokens import encode, eval_batches, position_logits
 
     tok = loaded.runner.tokenizer
     spans = [words_with_spans(tok, t) for t in texts]
     sents = [Sentence(tuple(w for w, *_ in s), (0,) * len(s)) for s in spans]
     keep = [i for i, s in enumerate(sents) if s.words]  # a text of spaces only has no words
     enc = encode(tok, [sents[i] for i in keep], max_length)
-    logits = np.zeros((len(enc.labels), loaded.runner.num_labels), dtype=np.float32)
-    for idx in eval_batches(enc.lengths(), batch_size) if keep else []:
-        logits[enc.positions(idx)] = enc.scored(loaded.runner(collate(enc, idx)), idx)
+    batches = eval_batches(enc.lengths(), batch_size) if keep else []
+    logits = position_logits(enc, batches, loaded.runner, loaded.runner.num_labels)
     z = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs = z / z.sum(axis=1, keepdims=True)
     out = [{"text": t, "entities": []} for t in texts]

@@ -143,6 +143,16 @@ def collate(enc: Encoded, idx: list[int] | np.ndarray, pad_to: int | None = None
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
+def position_logits(enc: Encoded, batches, run, num_labels: int) -> np.ndarray:
+    """fp32 logits (positions, labels) of every scored position, in row order: `run` takes a
+    collated batch (compress.tokens.collate) and returns its logits, (batch, labels) or
+    (batch, seq, labels). Positions of rows in no batch stay 0 (another rank's share)."""
+    out = np.zeros((len(enc.labels), num_labels), dtype=np.float32)
+    for idx in batches:
+        out[enc.positions(idx)] = enc.scored(run(collate(enc, idx)), idx)
+    return out
+
+
 def length_grouped_batches(lengths: list[int], batch_size: int, rng: random.Random,
                            group_batches: int = 50) -> list[list[int]]:
     """Shuffled batches of similar-length rows.

@@ -31,7 +31,7 @@ from . import distributed
 from .config import check
 from .env import bf16_unavailable
 from .metrics import task_metrics
-from .tokens import Encoded, collate, eval_batches, length_grouped_batches
+from .tokens import Encoded, collate, eval_batches, length_grouped_batches, position_logits
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,9 @@ def predict_logits(model, enc: Encoded, batch_size: int = 64, sharded: bool = Fa
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
-    out = np.zeros((len(enc.labels), model.config.num_labels), dtype=np.float32)
     batches = eval_batches(enc.lengths(), batch_size)
-    for idx in (distributed.shard(batches) if sharded else batches):
-        logits = model(**to_torch(collate(enc, idx), dev)).logits.float().cpu().numpy()
-        out[enc.positions(idx)] = enc.scored(logits, idx)
+    out = position_logits(enc, distributed.shard(batches) if sharded else batches,
+                          lambda b: model(**to_torch(b, dev)).logits.float().cpu().numpy(), model.config.num_labels)
     model.train(was_training)
     return distributed.gather_rows(out) if sharded else out
 

@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 
 from compress import benchmark as bench
 from compress.benchmark import REFERENCE_NAME, BenchmarkConfig, benchmark, build_reference

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from compress.ner import (IGNORE, TAG_ID, TAGS, NerDataError, Sentence, align, card_counts, entities,
-                          entity_metrics, read_conll, word_predictions)
+                          entity_metrics, read_conll)
 from conftest import CONLL_TRAIN, SHARED_DATA, tiny_model
 
 
@@ -63,8 +63,9 @@ def test_alignment_puts_each_label_on_the_first_piece():
     assert n_first > 1  # the case under test: a word split into several pieces
     assert a.labels[1] == TAG_ID["B-ORG"] and a.labels[2:1 + n_first] == [IGNORE] * (n_first - 1)
     assert [l for l in a.labels if l != IGNORE] == list(s.tags)
-    assert word_predictions([TAG_ID["O"]] + [TAG_ID["B-ORG"]] * (len(a.input_ids) - 1), a) == \
-        [TAG_ID["B-ORG"]] * 3
+    # the next word starts right after the first one's pieces
+    assert a.input_ids[1 + n_first:2 + n_first] == tok(["rejects"], is_split_into_words=True,
+                                                      add_special_tokens=False)["input_ids"][:1]
 
 
 def test_truncation_cuts_at_a_word_boundary():
@@ -76,7 +77,8 @@ def test_truncation_cuts_at_a_word_boundary():
     a = align(tok, s, budget + 2)
     assert a.words_kept == 2 and len(a.input_ids) == 2 * per_word + 2
     assert [l for l in a.labels if l != IGNORE] == list(s.tags[:2])
-    assert a.word_of_piece[-2] == 1  # the last piece kept ends word 1; word 2 is not split
+    # the kept pieces are exactly the first two words' pieces: word 2 is not split
+    assert a.input_ids[1:-1] == tok(list(words[:2]), is_split_into_words=True, add_special_tokens=False)["input_ids"]
 
 
 def test_real_conll2003_dev_card():
