@@ -7,7 +7,6 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-
 from compress import benchmark as bench
 from compress.benchmark import REFERENCE_NAME, BenchmarkConfig, benchmark, build_reference
 from compress.models import load_saved
