@@ -31,6 +31,14 @@ torch.ao speed (22.6 vs 21.5 ms at 1x128 in a loaded run) but compiles for 17-73
 first call and 40-113 s again when the batch size changes (13.7 min with torchao's
 recommended inductor settings), per process; the runner therefore runs eagerly. The INT8
 word embeddings cost nothing measurable (19.89 vs 19.88 ms).
+On a CPU without INT8 dot-product instructions (no AMX-INT8, AVX512-VNNI or AVX-VNNI, e.g.
+an AVX2-only EPYC) `torch._int_mm` runs a reference loop: 58 ms for a 128x384 @ 384x1536
+product that FP32 does in 1.3 ms there. The INT8 student then ran at 0.13x the FP32
+teacher's speed (SST-2 benchmark: 13 dev sentences/s vs 313 for the FP32 student), and
+measuring the two INT8 models took most of the 12.6-minute CoNLL quantize stage, for rows
+nobody would ship. As bf16 on CPUs without native bf16, the runner is then unavailable
+(`int8_unavailable`): the artifacts are still built and verified (probe logits), and their
+rows say `skipped` with the reason.
 
 Storage. torchao's tensor subclasses serialize only through pickle, which this project
 never loads. So an artifact stores plain tensors in safetensors and is rebuilt from them:
@@ -59,6 +67,7 @@ import copy
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -400,6 +409,22 @@ def count_int8_parameters(model: torch.nn.Module) -> int:
     return total + sum(m.weight_int8.numel() for m in model.modules() if isinstance(m, Int8Embedding))
 
 
+def int8_unavailable(flags: dict[str, bool] | None = None) -> str | None:
+    """None when the CPU has INT8 dot-product instructions (AMX-INT8, AVX512-VNNI or
+    AVX-VNNI), else why the torchao INT8 runner is skipped (see the module docstring).
+    `flags` ({flag: bool}) defaults to this CPU's, COMPRESS_CPU_FLAGS overriding them as for
+    `env.bf16_unavailable`."""
+    if flags is None:
+        from .env import _cpu_flags
+
+        forced = os.environ.get("COMPRESS_CPU_FLAGS")
+        flags = {f: True for f in (set(forced.replace(",", " ").split()) if forced is not None else _cpu_flags())}
+    if flags.get("amx_int8") or flags.get("avx512_vnni") or flags.get("avx_vnni"):
+        return None
+    return ("this CPU has no INT8 dot-product instructions (neither AMX-INT8, AVX512-VNNI nor AVX-VNNI in its "
+            "flags): torchao's INT8 matmul would run a reference loop, slower than FP32")
+
+
 class TorchInt8Runner:
     """PyTorch dynamic INT8 (torchao) on the CPU, run eagerly (see the module docstring):
     logits (batch, labels) of a classifier, (batch, seq, tags) of a tagger."""
@@ -413,7 +438,7 @@ class TorchInt8Runner:
 
     @staticmethod
     def unavailable(target: str) -> str | None:
-        return None if target == "cpu" else "PyTorch dynamic INT8 (torchao) is measured on the CPU only"
+        return int8_unavailable() if target == "cpu" else "PyTorch dynamic INT8 (torchao) is measured on the CPU only"
 
     @torch.inference_mode()
     def __call__(self, batch: dict[str, np.ndarray]) -> np.ndarray:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from compress.quantize import int8_unavailable
 from conftest import REPO, SHARED_DATA
 
 pytestmark = pytest.mark.slow
@@ -119,8 +120,13 @@ def test_full_pipeline_repro_offline(tmp_path):
     # The deployable artifacts: three INT8 routes, ONNX FP32/INT8, TensorRT built or skipped.
     quantize = json.loads((repo / "reports/quantize.json").read_text())
     q = next(r for r in quantize["records"] if r["artifact"] == "student_int8_torch" and r["target"] == "cpu")
-    assert q["status"] == "ok" and q["precision"] == "int8" and 0 <= q["agreement_with_parent"] <= 1
-    assert q["parent"] == "student" and "student_int8_torch" in quantize["details"]["accuracy_retained_vs_parent"]
+    assert q["precision"] == "int8" and q["parent"] == "student"
+    assert (repo / "models/student_int8_torch/quantization.json").is_file()  # built (and verified) on any CPU
+    if int8_unavailable():  # measured only where the CPU has INT8 dot products (compress.quantize)
+        assert q["status"] == "skipped" and q["reason"] == int8_unavailable()
+    else:
+        assert q["status"] == "ok" and 0 <= q["agreement_with_parent"] <= 1
+        assert "student_int8_torch" in quantize["details"]["accuracy_retained_vs_parent"]
     inc = json.loads((repo / "reports/inc.json").read_text())
     assert len(inc["details"]["tuning"]["trials"]) >= 1
     export = json.loads((repo / "reports/export_onnx.json").read_text())
@@ -270,8 +276,8 @@ def test_conll2003_tags_flow_through_every_stage(tmp_path):
     assert export["details"]["exports"]["student"]["parity"]["max_abs_diff"] <= 1e-4
     comparison = json.loads((repo / "reports/comparison.json").read_text())
     ok = {r["artifact"] for r in comparison["records"] if r["status"] == "ok" and r["target"] == "cpu"}
-    assert {"teacher", "student", "student_pruned", "student_int8_torch", "student_onnx", "student_onnx_int8",
-            "student_ov", "student_ov_int8"} <= ok
+    assert {"teacher", "student", "student_pruned", "student_onnx", "student_onnx_int8", "student_ov",
+            "student_ov_int8"} | ({"student_int8_torch"} if int8_unavailable() is None else set()) <= ok
     assert all(r["f1"] is not None for r in comparison["records"]
                if r["status"] == "ok" and r["artifact"] in ok and r.get("accuracy") is None
                and r["artifact"] != "bert_base_reference")

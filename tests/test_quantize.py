@@ -12,8 +12,8 @@ from safetensors.torch import load_file, save_file
 from compress.config import ConfigError, build
 from compress.measure import MeasureConfig, measure
 from compress.quantize import (Int8Embedding, QuantizeConfig, count_int8_parameters, dequantize_rows, group_of,
-                               load_dynamic_int8, quantize, quantize_checkpoint, quantize_rows, quantized_linears,
-                               save_dynamic_int8)
+                               int8_unavailable, load_dynamic_int8, quantize, quantize_checkpoint, quantize_rows,
+                               quantized_linears, save_dynamic_int8)
 from compress.runners import Artifact
 from conftest import tiny_model
 
@@ -222,7 +222,8 @@ def test_reload_rejects_a_mismatched_checkpoint(saved, tmp_path):
         load_dynamic_int8(tmp_path)
 
 
-def test_quantize_checkpoint_and_measure_through_the_runner(tmp_path, tiny_model_dir, prepared_sst2):
+def test_quantize_checkpoint_and_measure_through_the_runner(tmp_path, tiny_model_dir, prepared_sst2, monkeypatch):
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx2,avx512_vnni")  # measured here whatever this CPU has (tiny model)
     summary = quantize_checkpoint(tiny_model_dir, tmp_path / "int8", QuantizeConfig())
     assert summary["quantized_modules"] == 13 and summary["float_linears"] == ["classifier"]
     assert summary["word_embeddings"] == "int8-symmetric-per-row" and summary["library"] == "torchao"
@@ -236,6 +237,19 @@ def test_quantize_checkpoint_and_measure_through_the_runner(tmp_path, tiny_model
     w = t["bert.encoder.layer.0.intermediate.dense.weight_int8"]
     assert w.dtype == torch.int8 and t["bert.encoder.layer.0.intermediate.dense.weight_scale"].numel() == w.shape[0]
     assert cpu["size_mb"] < 0.5 * np.prod(t["bert.embeddings.word_embeddings.weight_int8"].shape) * 4 / 2**20
+
+
+def test_int8_runner_is_skipped_with_the_reason_on_cpus_without_int8_dot_products(tmp_path, tiny_model_dir,
+                                                                                  prepared_sst2, monkeypatch):
+    assert int8_unavailable({"avx2": True, "avx512f": True}).startswith("this CPU has no INT8 dot-product")
+    for flag in ("amx_int8", "avx512_vnni", "avx_vnni"):
+        assert int8_unavailable({"avx2": True, flag: True}) is None
+    quantize_checkpoint(tiny_model_dir, tmp_path / "int8", QuantizeConfig())
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx2,fma")  # an AVX2-only CPU
+    cfg = MeasureConfig(targets=["cpu"], points=[[1, 16]], warmup_queries=1, min_queries=2, isolate=False)
+    (cpu,) = measure(Artifact("tiny_int8", tmp_path / "int8", "pytorch_int8", "int8"), prepared_sst2, cfg)
+    assert cpu["status"] == "skipped" and "no INT8 dot-product instructions" in cpu["reason"]
+    assert cpu["accuracy"] is None and cpu["points"] == []
 
 
 # --- a tagger (BertForTokenClassification: logits per token, no pooler) ---------------------
