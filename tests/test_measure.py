@@ -125,11 +125,14 @@ def test_parent_predictions_must_cover_the_same_rows(tiny_model_dir, prepared_ss
         measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg, parent_predictions=[0, 1, 0])
 
 
-def test_formats_that_cannot_run_on_a_target_are_skipped_with_reason(tmp_path):
+def test_formats_that_cannot_run_on_a_target_are_skipped_with_reason(tmp_path, monkeypatch):
     assert "CPU only" in skip_reason(Artifact("q", tmp_path, "pytorch_int8", "int8"), "gpu")
     assert "NVIDIA GPUs only" in skip_reason(Artifact("e", tmp_path, "tensorrt", "fp16"), "cpu")
     assert "GPU only" in skip_reason(Artifact("h", tmp_path, "pytorch", "fp16"), "cpu")
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx2,avx512f,avx512_vnni")  # torchao INT8 needs INT8 dot products
     assert skip_reason(Artifact("q", tmp_path, "pytorch_int8", "int8"), "cpu") is None
+    monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx2")
+    assert "no INT8 dot-product" in skip_reason(Artifact("q", tmp_path, "pytorch_int8", "int8"), "cpu")
     assert skip_reason(Artifact("o", tmp_path, "onnx", "fp32"), "cpu") is None
     with pytest.raises(ValueError, match="unknown format"):
         Artifact("x", tmp_path, "tflite")
