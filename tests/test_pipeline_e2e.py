@@ -120,12 +120,12 @@ def test_full_pipeline_repro_offline(tmp_path):
     # The deployable artifacts: three INT8 routes, ONNX FP32/INT8, TensorRT built or skipped.
     quantize = json.loads((repo / "reports/quantize.json").read_text())
     q = next(r for r in quantize["records"] if r["artifact"] == "student_int8_torch" and r["target"] == "cpu")
-    assert q["precision"] == "int8" and q["parent"] == "student"
+    assert q["precision"] == "int8" and q["format"] == "pytorch_int8"
     assert (repo / "models/student_int8_torch/quantization.json").is_file()  # built (and verified) on any CPU
     if int8_unavailable():  # measured only where the CPU has INT8 dot products (compress.quantize)
         assert q["status"] == "skipped" and q["reason"] == int8_unavailable()
     else:
-        assert q["status"] == "ok" and 0 <= q["agreement_with_parent"] <= 1
+        assert q["status"] == "ok" and q["parent"] == "student" and 0 <= q["agreement_with_parent"] <= 1
         assert "student_int8_torch" in quantize["details"]["accuracy_retained_vs_parent"]
     inc = json.loads((repo / "reports/inc.json").read_text())
     assert len(inc["details"]["tuning"]["trials"]) >= 1
