@@ -21,8 +21,12 @@ repro: setup
 	dvc repro
 	compress report reports/comparison.json --readme README.md
 
+# Two workers, one test file at a time (module fixtures built once), longest files first
+# (tests/conftest.py): a lone pytest keeps about one of the two cores busy (imports, dvc,
+# subprocess start-ups between tiny-model steps).
+TEST_WORKERS ?= 2
 test: setup
-	python -m pytest
+	python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 clean-venv:
 	rm -rf $(VENV)

@@ -14,6 +14,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+def pytest_collection_modifyitems(items):
+    """Longest files first: the end-to-end files by their timeout marks, then the other files
+    with `slow` tests, then the rest, each file's tests kept together and in order (module
+    fixtures are built once). Under `make test`'s two workers (pytest-xdist, one file at a
+    time, in this order) each starts on an end-to-end run and both end on short tests,
+    instead of one idling while the other runs a 7-minute pipeline last. Plain `pytest`
+    runs the same order. The sort is stable, so every worker computes the same list."""
+    def weight(item) -> tuple:
+        timeout = item.get_closest_marker("timeout")
+        return (timeout.args[0] if timeout and timeout.args else 0, item.get_closest_marker("slow") is not None)
+
+    files: dict = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    order = sorted(files, key=lambda path: max(weight(i) for i in files[path]), reverse=True)
+    items[:] = [item for path in order for item in files[path]]
+
+
 def write_tsv(path: Path, header: list[str], rows: list[list[str]], bom: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join("\t".join(r) for r in [header, *rows]) + "\n"

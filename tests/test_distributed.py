@@ -217,28 +217,28 @@ def test_queued_experiments_run_in_parallel_with_a_relative_source(tmp_path):
     import json
 
     from conftest import SST2_ROWS, write_tsv
-    from test_pipeline_e2e import _copy_repo, _dvc, _env
+    from e2e import copy_repo, dvc, env as repo_env
 
     data = tmp_path / "shared" / "data" / "sst2"
     write_tsv(data / "train.tsv", ["sentence", "label"], SST2_ROWS * 4)
     write_tsv(data / "dev.tsv", ["sentence", "label"], SST2_ROWS)
-    repo = _copy_repo(tmp_path / "repo", {
+    repo = copy_repo(tmp_path / "repo", {
         "prepare": {"source": "../shared/data/sst2"},
         "teacher": {"model": "random:tiny", "train": {"epochs": 1.0, "batch_size": 16, "eval_every_steps": 0}},
         "measure": TINY_MEASURE,
     })
-    env = _env()
+    env = repo_env()
     run = lambda *cmd: subprocess.run(cmd, cwd=repo, env=env, check=True, capture_output=True, text=True)
     run(sys.executable, "-m", "compress.cli", "link-sources")
     run("git", "add", "-A")
     run("git", "commit", "-qm", "tiny")
     for lr in ("1e-4", "3e-4"):
-        _dvc(repo, "exp", "run", "--queue", "-S", f"teacher.train.lr={lr}", "teacher")
-    _dvc(repo, "queue", "start", "--jobs", "2")
+        dvc(repo, "exp", "run", "--queue", "-S", f"teacher.train.lr={lr}", "teacher")
+    dvc(repo, "queue", "start", "--jobs", "2")
     deadline = time.monotonic() + 600
     try:
         while True:
-            status = _dvc(repo, "queue", "status").stdout
+            status = dvc(repo, "queue", "status").stdout
             if "Queued" not in status and "Running" not in status:
                 break
             assert time.monotonic() < deadline, f"the queue did not finish:\n{status}"
@@ -246,7 +246,7 @@ def test_queued_experiments_run_in_parallel_with_a_relative_source(tmp_path):
     finally:
         subprocess.run(["dvc", "queue", "stop", "--kill"], cwd=repo, env=env, capture_output=True)
     assert status.count("Success") == 2, status
-    rows = json.loads(_dvc(repo, "exp", "show", "--json").stdout)
+    rows = json.loads(dvc(repo, "exp", "show", "--json").stdout)
     exps = [e for r in rows for e in (r.get("experiments") or [])]
     assert len(exps) == 2
     lrs, accs = set(), []

@@ -1,7 +1,7 @@
 """Stages killed with SIGKILL mid-run (training, export) leave nothing that `dvc repro` or
 a later stage takes as valid, and the next `dvc repro` reruns them and succeeds; rerunning
 the CPU stages gives the same output hashes in dvc.lock (issue 6). Real `dvc repro` of the
-backbone on a tiny params override, as in test_pipeline_e2e."""
+backbone on a tiny params override (tests/e2e.py), as in test_pipeline_e2e."""
 import json
 import os
 import signal
@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_pipeline_e2e import _copy_repo, _dvc, _env, tiny_params
+from e2e import copy_repo, dvc, env, tiny_params
+
+pytestmark = pytest.mark.slow  # three `dvc repro`s of the stages up to the export: ~4 minutes
 
 STAGES_TO_EXPORT = ["prepare", "teacher", "teacher_logits", "distill", "prune", "export_onnx"]
 
@@ -20,7 +22,7 @@ STAGES_TO_EXPORT = ["prepare", "teacher", "teacher_logits", "distill", "prune", 
 def _kill_when(repo: Path, args: list[str], fault_point, what: str, timeout: float = 600) -> None:
     """Start `dvc repro ARGS`, SIGKILL its whole process group (DVC and the stage's Python)
     as soon as fault_point() is true."""
-    proc = subprocess.Popen(["dvc", "repro", *args], cwd=repo, env=_env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(["dvc", "repro", *args], cwd=repo, env=env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
@@ -52,7 +54,7 @@ def _leftovers(repo: Path) -> list[str]:
 
 
 def _status(repo: Path) -> dict:
-    return json.loads(_dvc(repo, "status", "--json").stdout)
+    return json.loads(dvc(repo, "status", "--json").stdout)
 
 
 def _cached_outs(repo: Path) -> dict:
@@ -69,7 +71,7 @@ def test_killed_stages_leave_nothing_valid_and_rerun_cleanly(tmp_path):
     params["teacher"]["train"]["log_every_steps"] = 1  # a curve row per step: the kill comes after 3
     # what is measured does not matter here: one small point on the CPU
     params["measure"] = {**params["measure"], "targets": ["cpu"], "points": [[1, 16]], "eval_max_rows": 16}
-    repo = _copy_repo(tmp_path / "repo", params)
+    repo = copy_repo(tmp_path / "repo", params)
 
     # 1. SIGKILL while the teacher trains: its curves are being written to a temporary folder.
     plots = repo / "reports" / "plots"
@@ -86,7 +88,7 @@ def test_killed_stages_leave_nothing_valid_and_rerun_cleanly(tmp_path):
     (repo / "params.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
     # 2. The next repro reruns it (and everything up to the export) and succeeds.
-    _dvc(repo, "repro", "export_onnx")
+    dvc(repo, "repro", "export_onnx")
     assert _leftovers(repo) == []  # ...and the rerun removed it
     assert (repo / "models" / "teacher" / "model.safetensors").is_file()
     assert not set(_status(repo)) & set(STAGES_TO_EXPORT)
@@ -97,16 +99,16 @@ def test_killed_stages_leave_nothing_valid_and_rerun_cleanly(tmp_path):
                lambda: any((repo / "models").glob("student_onnx.tmp-*")), "the ONNX export writing")
     assert not (repo / "models" / "student_onnx" / "model.onnx").exists()
     assert "export_onnx" in _status(repo)
-    later = subprocess.run(["dvc", "repro", "-s", "onnx_int8"], cwd=repo, env=_env(), capture_output=True, text=True,
+    later = subprocess.run(["dvc", "repro", "-s", "onnx_int8"], cwd=repo, env=env(), capture_output=True, text=True,
                            timeout=600)
     assert later.returncode != 0  # a later stage refuses to start from the missing export
 
     # 4. The next repro reruns the export and succeeds; the stale temporaries are gone.
-    _dvc(repo, "repro", "export_onnx")
+    dvc(repo, "repro", "export_onnx")
     assert (repo / "models" / "student_onnx" / "model.onnx").is_file() and _leftovers(repo) == []
     assert not set(_status(repo)) & set(STAGES_TO_EXPORT)
 
     # 5. Repeatable: every CPU stage up to the export rerun from scratch gives the same
     #    output hashes (weights, cached teacher logits, prepared data, ONNX files).
-    _dvc(repo, "repro", "-f", "export_onnx")
+    dvc(repo, "repro", "-f", "export_onnx")
     assert _cached_outs(repo) == first

@@ -3,97 +3,22 @@ tiny params override (a slice of the real SST-2 data), then the DVC read-outs us
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from compress.quantize import int8_unavailable
-from conftest import REPO, SHARED_DATA
+from conftest import SHARED_DATA
+from e2e import BENCH_EXCLUDE, TINY_MEASURE, copy_repo, dvc, tiny_params
 
 pytestmark = pytest.mark.slow
-
-# isolate false: stages measure in their own process. A fresh child per artifact and target
-# (the default, for honest peak memory) costs an import of torch, transformers and every
-# runtime each time, minutes over a whole tiny pipeline; test_measure covers the child.
-TINY_MEASURE = {"points": [[1, 128], [32, 128]], "warmup_queries": 1, "min_queries": 3,
-                "min_duration_s": 0.0, "eval_max_rows": 64, "isolate": False}
-
-
-BENCH_EXCLUDE = ["student_control", "student_pruned", "student_int8_torch", "student_pruned_int8_torch",
-                 "student_int8_inc", "student_pruned_onnx", "student_pruned_onnx_int8", "student_ov",
-                 "student_pruned_ov", "student_pruned_ov_int8", "student_pruned_bf16", "student_pruned_ov_bf16"]
-
-
-def tiny_params(task: str, train_rows: int = 256) -> dict:
-    """Every stage on a slice of the real data, one short epoch each."""
-    return {
-        "prepare": {"task": task, "source": str(SHARED_DATA / task), "max_train_rows": train_rows,
-                    "max_dev_rows": 64},
-        # The task presets (by_task) win over the section: shrink them too, or the MRPC
-        # recipe's 575 teacher steps and 4x augmentation run on the tiny slice.
-        "teacher": {"train": {"epochs": 1.0, "eval_every_steps": 4},
-                    "by_task": {"mrpc": {"max_length": 128, "train": {"epochs": 1.0, "max_steps": None}}}},
-        "teacher_logits": {"by_task": {"mrpc": {"max_length": 128, "augment": {
-            "kinds": ["swap", "cross_pair", "word_drop"], "size": 0.5}}}},
-        "distill": {"train": {"epochs": 1.0, "eval_every_steps": 4},
-                    "by_task": {"mrpc": {"train": {"epochs": 1.0, "max_steps": None}}}},
-        "prune": {"importance_rows": 64, "recover": True, "recovery": {"epochs": 1.0, "eval_every_steps": 4}},
-        # a 1-epoch student on 64 dev rows may miss the 1% goal: keep the best trial then
-        "inc": {"calibration_rows": 32, "max_trials": 2, "on_miss": "best"},
-        "tensorrt": {"calibration_rows": 16},
-        "openvino": {"calibration_rows": 32, "validation_rows": 32},
-        "measure": TINY_MEASURE,
-        # a few artifacts of each kind (the others keep their stage's figures, marked †): the
-        # benchmark measures each in a fresh process, most of a tiny run's time otherwise
-        "benchmark": {"seq_lens": [16, 128], "batch_sizes": [1, 32], "reference": "random:tiny",
-                      "warmup_queries": 1, "min_queries": 3, "min_duration_s": 0.0, "dev_stream_repeats": 1,
-                      "exclude": BENCH_EXCLUDE},
-    }
-
-
-def _copy_repo(dst: Path, params_update: dict) -> Path:
-    for name in ("compress", "pipelines"):
-        shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "dvc.yaml", dst / "dvc.yaml")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    for sec, values in params_update.items():
-        for k, v in values.items():
-            if isinstance(v, dict):
-                params[sec][k].update(v)
-            else:
-                params[sec][k] = v
-    (dst / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    env = _env()
-    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]):
-        subprocess.run(cmd, cwd=dst, check=True, env=env)
-    return dst
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"  # `python` = this venv
-    env["HF_HUB_OFFLINE"] = "1"
-    env["GIT_AUTHOR_NAME"] = env["GIT_COMMITTER_NAME"] = "test"
-    env["GIT_AUTHOR_EMAIL"] = env["GIT_COMMITTER_EMAIL"] = "test@example.com"
-    return env
-
-
-def _dvc(cwd: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["dvc", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"dvc {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
 
 
 @pytest.mark.timeout(2400)  # every stage: 510 s alone on an AVX2-only 2-core EPYC, 1010 s when loaded
 def test_full_pipeline_repro_offline(tmp_path):
-    repo = _copy_repo(tmp_path / "repo", tiny_params("sst2"))
-    _dvc(repo, "repro", timeout=2100)
+    repo = copy_repo(tmp_path / "repo", tiny_params("sst2"))
+    dvc(repo, "repro", timeout=2100)
 
     teacher = json.loads((repo / "reports/teacher.json").read_text())
     cpu = next(r for r in teacher["records"] if r["target"] == "cpu")
@@ -179,14 +104,14 @@ def test_full_pipeline_repro_offline(tmp_path):
 
     # Nothing changed: the second run does nothing, fast.
     t = time.perf_counter()
-    again = _dvc(repo, "repro")
+    again = dvc(repo, "repro")
     assert time.perf_counter() - t < 10
     assert "Running stage" not in again.stdout
 
-    metrics = _dvc(repo, "metrics", "show", "--json").stdout
+    metrics = dvc(repo, "metrics", "show", "--json").stdout
     shown = json.loads(metrics)[""]["data"]["reports/teacher.json"]["data"]
     assert shown["summary"]["teacher"]["cpu"]["accuracy"] == cpu["accuracy"]
-    _dvc(repo, "plots", "show", "-o", str(tmp_path / "plots"))
+    dvc(repo, "plots", "show", "-o", str(tmp_path / "plots"))
     assert (tmp_path / "plots" / "index.html").is_file()
 
     # Each stage depends on its own params only: pruning params never rerun distillation,
@@ -194,26 +119,26 @@ def test_full_pipeline_repro_offline(tmp_path):
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["prune"]["head_fraction"] = 0.5
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune"}
+    assert set(json.loads(dvc(repo, "status", "--json").stdout)) == {"prune"}
     params["onnx_int8"]["per_channel"] = not params["onnx_int8"]["per_channel"]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8"}
+    assert set(json.loads(dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8"}
     params["select"]["max_size_mb"] = 1000.0
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8", "select"}
+    assert set(json.loads(dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8", "select"}
     params["benchmark"]["min_queries"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8", "select", "benchmark"}
+    assert set(json.loads(dvc(repo, "status", "--json").stdout)) == {"prune", "onnx_int8", "select", "benchmark"}
     params["measure"]["min_queries"] = 4
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert set(json.loads(_dvc(repo, "status", "--json").stdout)) == {
+    assert set(json.loads(dvc(repo, "status", "--json").stdout)) == {
         "teacher", "distill", "prune", "quantize", "inc", "export_onnx", "onnx_int8", "openvino", "tensorrt",
         "select", "benchmark"}  # select, benchmark: their own params changed above
 
 
 def test_mrpc_sentence_pairs_flow_through_distill_and_prune(tmp_path):
-    repo = _copy_repo(tmp_path / "repo", tiny_params("mrpc", train_rows=128))
-    _dvc(repo, "repro", "prune")
+    repo = copy_repo(tmp_path / "repo", tiny_params("mrpc", train_rows=128))
+    dvc(repo, "repro", "prune")
     for stage, artifact in (("teacher", "teacher"), ("distill", "student"), ("prune", "student_pruned")):
         report = json.loads((repo / f"reports/{stage}.json").read_text())
         rec = next(r for r in report["records"] if r["artifact"] == artifact and r["target"] == "cpu")
@@ -227,68 +152,14 @@ def test_mrpc_sentence_pairs_flow_through_distill_and_prune(tmp_path):
 
 
 def test_bert_base_geometry_flows_through_prepare_and_teacher(tmp_path):
-    repo = _copy_repo(tmp_path / "repo", {
+    repo = copy_repo(tmp_path / "repo", {
         "prepare": {"source": str(SHARED_DATA / "sst2"), "max_train_rows": 32, "max_dev_rows": 32},
         "teacher": {"model": "random:bert-base", "train": {"epochs": 1.0, "batch_size": 16}},
         "measure": {**TINY_MEASURE, "min_queries": 2, "targets": ["cpu"]},
     })
-    _dvc(repo, "repro", "teacher")
+    dvc(repo, "repro", "teacher")
     teacher = json.loads((repo / "reports/teacher.json").read_text())
     (cpu,) = teacher["records"]
     assert cpu["status"] == "ok" and cpu["num_params"] > 100_000_000  # 12x768: ~109M
     assert teacher["details"]["source"]["random_init"] is True
     assert cpu["latency_ms_p50"] > 0 and cpu["throughput_seq_per_s"] > 0
-
-
-@pytest.mark.timeout(1500)
-def test_conll2003_tags_flow_through_every_stage(tmp_path):
-    """NER (issue 14) through prepare → select on a slice of the real CoNLL-2003 files: a
-    tiny random-weight tagger (2 x 64, 4 heads) keeps it to minutes; what is checked is that
-    every stage builds, measures and reports a tagger on entity F1, not its quality."""
-    params = tiny_params("conll2003", train_rows=96)
-    params["prepare"]["max_dev_rows"] = 32
-    params["teacher"].update(model="random:tiny", by_task={"conll2003": {"max_length": 64, "train": {
-        "epochs": 1.0, "eval_every_steps": 0}}})
-    params["teacher_logits"]["by_task"] = {"conll2003": {"max_length": 64}}
-    params["distill"].update(student_layers=[1], by_task={"conll2003": {"train": {"epochs": 1.0}}})
-    params["prune"]["head_fraction"] = 0.5  # 2 of the student's 4 heads
-    repo = _copy_repo(tmp_path / "repo", params)
-    _dvc(repo, "repro", timeout=1200)
-
-    card = json.loads((repo / "data/prepared/card.json").read_text())
-    assert card["kind"] == "token" and card["splits"]["train"]["rows"] == 96 and card["splits"]["dev"]["rows"] == 32
-    teacher = json.loads((repo / "reports/teacher.json").read_text())
-    cpu = next(r for r in teacher["records"] if r["target"] == "cpu")
-    assert cpu["status"] == "ok" and cpu["task"] == "conll2003" and cpu["accuracy"] is None
-    assert 0 <= cpu["f1"] <= 1 and 0 <= cpu["token_accuracy"] <= 1 and set(cpu["f1_per_type"]) == {
-        "PER", "ORG", "LOC", "MISC"}
-    assert cpu["f1_ci95_low"] <= cpu["f1"] <= cpu["f1_ci95_high"]
-    import numpy as np
-
-    cache = np.load(repo / "data/teacher_logits/logits.npy")
-    meta = json.loads((repo / "data/teacher_logits/meta.json").read_text())
-    assert cache.dtype == np.float16 and cache.shape == (meta["positions"], 9) and meta["rows"] == 96
-    distill = json.loads((repo / "reports/distill.json").read_text())
-    student = next(r for r in distill["records"] if r["artifact"] == "student" and r["target"] == "cpu")
-    assert student["status"] == "ok" and student["f1"] is not None and 0 <= student["agreement_with_parent"] <= 1
-    assert json.loads((repo / "reports/prune.json").read_text())["details"]["pruned"]["heads_removed"] == 2
-    export = json.loads((repo / "reports/export_onnx.json").read_text())
-    assert export["details"]["exports"]["student"]["parity"]["max_abs_diff"] <= 1e-4
-    comparison = json.loads((repo / "reports/comparison.json").read_text())
-    ok = {r["artifact"] for r in comparison["records"] if r["status"] == "ok" and r["target"] == "cpu"}
-    assert {"teacher", "student", "student_pruned", "student_onnx", "student_onnx_int8", "student_ov",
-            "student_ov_int8"} | ({"student_int8_torch"} if int8_unavailable() is None else set()) <= ok
-    assert all(r["f1"] is not None for r in comparison["records"]
-               if r["status"] == "ok" and r["artifact"] in ok and r.get("accuracy") is None
-               and r["artifact"] != "bert_base_reference")
-    assert "entity F1" in (repo / "reports/comparison.md").read_text()
-    _dvc(repo, "plots", "show", "-o", str(tmp_path / "plots"))  # curves and plots of a tagger's columns
-    assert (tmp_path / "plots" / "index.html").is_file()
-    selection = json.loads((repo / "reports/selection.json").read_text())
-    assert selection["reasons"] and selection["teacher_f1"] == cpu["f1"]
-    if selection["chosen"]:  # `compress predict` runs the promoted tagger on raw text
-        out = subprocess.run([sys.executable, "-m", "compress.cli", "predict",
-                              "EU rejects German call to boycott British lamb ."], cwd=repo, env=_env(),
-                             capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert out.stdout.rstrip().endswith("EU rejects German call to boycott British lamb .")

@@ -1,0 +1,69 @@
+"""End to end on the tagging task: `dvc repro` of every stage on a slice of the real
+CoNLL-2003 files in a temporary copy of the repository (a file of its own, so that
+`make test`'s two workers each start on one end-to-end run)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from compress.quantize import int8_unavailable
+from e2e import copy_repo, dvc, env, tiny_params
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(1500)
+def test_conll2003_tags_flow_through_every_stage(tmp_path):
+    """NER (issue 14) through prepare → select on a slice of the real CoNLL-2003 files: a
+    tiny random-weight tagger (2 x 64, 4 heads) keeps it to minutes; what is checked is that
+    every stage builds, measures and reports a tagger on entity F1, not its quality."""
+    params = tiny_params("conll2003", train_rows=96)
+    params["prepare"]["max_dev_rows"] = 32
+    params["teacher"].update(model="random:tiny", by_task={"conll2003": {"max_length": 64, "train": {
+        "epochs": 1.0, "eval_every_steps": 0}}})
+    params["teacher_logits"]["by_task"] = {"conll2003": {"max_length": 64}}
+    params["distill"].update(student_layers=[1], by_task={"conll2003": {"train": {"epochs": 1.0}}})
+    params["prune"]["head_fraction"] = 0.5  # 2 of the student's 4 heads
+    repo = copy_repo(tmp_path / "repo", params)
+    dvc(repo, "repro", timeout=1200)
+
+    card = json.loads((repo / "data/prepared/card.json").read_text())
+    assert card["kind"] == "token" and card["splits"]["train"]["rows"] == 96 and card["splits"]["dev"]["rows"] == 32
+    teacher = json.loads((repo / "reports/teacher.json").read_text())
+    cpu = next(r for r in teacher["records"] if r["target"] == "cpu")
+    assert cpu["status"] == "ok" and cpu["task"] == "conll2003" and cpu["accuracy"] is None
+    assert 0 <= cpu["f1"] <= 1 and 0 <= cpu["token_accuracy"] <= 1 and set(cpu["f1_per_type"]) == {
+        "PER", "ORG", "LOC", "MISC"}
+    assert cpu["f1_ci95_low"] <= cpu["f1"] <= cpu["f1_ci95_high"]
+    import numpy as np
+
+    cache = np.load(repo / "data/teacher_logits/logits.npy")
+    meta = json.loads((repo / "data/teacher_logits/meta.json").read_text())
+    assert cache.dtype == np.float16 and cache.shape == (meta["positions"], 9) and meta["rows"] == 96
+    distill = json.loads((repo / "reports/distill.json").read_text())
+    student = next(r for r in distill["records"] if r["artifact"] == "student" and r["target"] == "cpu")
+    assert student["status"] == "ok" and student["f1"] is not None and 0 <= student["agreement_with_parent"] <= 1
+    assert json.loads((repo / "reports/prune.json").read_text())["details"]["pruned"]["heads_removed"] == 2
+    export = json.loads((repo / "reports/export_onnx.json").read_text())
+    assert export["details"]["exports"]["student"]["parity"]["max_abs_diff"] <= 1e-4
+    comparison = json.loads((repo / "reports/comparison.json").read_text())
+    ok = {r["artifact"] for r in comparison["records"] if r["status"] == "ok" and r["target"] == "cpu"}
+    assert {"teacher", "student", "student_pruned", "student_onnx", "student_onnx_int8", "student_ov",
+            "student_ov_int8"} | ({"student_int8_torch"} if int8_unavailable() is None else set()) <= ok
+    assert all(r["f1"] is not None for r in comparison["records"]
+               if r["status"] == "ok" and r["artifact"] in ok and r.get("accuracy") is None
+               and r["artifact"] != "bert_base_reference")
+    assert "entity F1" in (repo / "reports/comparison.md").read_text()
+    dvc(repo, "plots", "show", "-o", str(tmp_path / "plots"))  # curves and plots of a tagger's columns
+    assert (tmp_path / "plots" / "index.html").is_file()
+    selection = json.loads((repo / "reports/selection.json").read_text())
+    assert selection["reasons"] and selection["teacher_f1"] == cpu["f1"]
+    if selection["chosen"]:  # `compress predict` runs the promoted tagger on raw text
+        out = subprocess.run([sys.executable, "-m", "compress.cli", "predict",
+                              "EU rejects German call to boycott British lamb ."], cwd=repo, env=env(),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.rstrip().endswith("EU rejects German call to boycott British lamb .")
