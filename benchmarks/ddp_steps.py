@@ -31,7 +31,7 @@ def worker(args) -> None:
 
     from compress import distributed
     from compress.config import build, section
-    from compress.data import Prepared, get_task
+    from compress.data import Prepared
     from compress.distributed import LaunchConfig
     from compress.models import load_classifier
     from compress.teacher import TeacherConfig
@@ -52,7 +52,7 @@ def worker(args) -> None:
         import torch
         with tempfile.TemporaryDirectory() as curves:
             t0 = time.perf_counter()
-            summary = finetune(model, train, dev, train_cfg, get_task("sst2"), Path(curves), desc="steps")
+            summary = finetune(model, train, dev, train_cfg, prepared.task, Path(curves), desc="steps")
             wall = time.perf_counter() - t0
         if distributed.is_main():
             Path(args.out).write_text(json.dumps({
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        prepare(PrepareConfig(task="sst2", source=args.source, max_train_rows=args.rows, max_dev_rows=64),
+        prepare(PrepareConfig(source=args.source, max_train_rows=args.rows, max_dev_rows=64),
                 tmp / "prepared")
         for nproc, threads in layouts:
             out = tmp / f"{nproc}x{threads}.json"

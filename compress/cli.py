@@ -25,12 +25,46 @@ def cmd_env(args) -> None:
     print(json.dumps(environment(), indent=2))
 
 
-def cmd_validate_data(args) -> None:
-    from .data import SPLITS, get_task, read_split
+def prepare_config(params_path: str, task: str | None, source: str | None, sets: list[str] | None = None,
+                   split_file: tuple[str, str] | None = None):
+    """The prepare section of params (the `task` preset applied, default prepare.task) with
+    `source`, `split_file` (split, file name) and `KEY=VALUE` settings over it."""
+    import yaml
 
-    task = get_task(args.task)
-    for split in SPLITS:
-        n = sum(1 for _ in read_split(args.source, split, task))
+    from .config import ConfigError, build, load_params, resolve_preset, task_names
+
+    params = load_params(params_path)
+    prep = dict(params.get("prepare") or {})
+    task = task or prep.get("task") or ""
+    prep["task"] = task
+    params["prepare"] = prep
+    data = resolve_preset(prep, "prepare", task, task_names(params))
+    for item in sets or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: write KEY=VALUE, e.g. --set dev=null")
+        data[key] = yaml.safe_load(value)
+    if source:
+        data["source"] = source
+    if split_file:
+        data[split_file[0]] = split_file[1]
+    from .data import PrepareConfig
+
+    return build(PrepareConfig, data, "prepare")
+
+
+def cmd_validate_data(args) -> None:
+    from .data import label_set, read_split
+
+    cfg = prepare_config(args.params, args.task, args.source, args.set)
+    task, facts = label_set(cfg)
+    print(f"task {task.name} ({task.kind}): {task.num_labels} labels: {', '.join(task.labels[:20])}"
+          f"{' ...' if task.num_labels > 20 else ''}")
+    for split in ("train", "dev", "test"):
+        if getattr(cfg, split) is None:
+            print(f"{split}: none" + (f" (prepare carves {cfg.dev_fraction:.0%} of train)" if split == "dev" else ""))
+            continue
+        n = sum(1 for _ in read_split(cfg, split, task))
         print(f"{split}: {n} rows OK")
 
 
@@ -113,7 +147,7 @@ def cmd_link_sources(args) -> None:
     from .config import load_params
     from .experiments import link_source
 
-    source = (load_params(args.params).get("prepare") or {}).get("source", "../shared/data/sst2")
+    source = str((load_params(args.params).get("prepare") or {}).get("source") or ".")
     link = link_source(source)
     print(f"{link} -> {link.resolve()}: queued experiments resolve prepare.source '{source}' as the checkout does"
           if link else f"prepare.source '{source}' needs no link (absolute, Hub or inside the repository)")
@@ -123,7 +157,9 @@ def cmd_evaluate(args) -> None:
     from .predict import evaluate, load
 
     loaded = load(args.artifact, args.task, args.target, args.threads)
-    res = evaluate(loaded, args.data, args.split, max_length=args.max_length)
+    cfg = prepare_config(args.params, loaded.task.name, args.data, args.set,
+                         (args.split, args.file) if args.file else None)
+    res = evaluate(loaded, cfg, args.split, max_length=args.max_length)
     print(json.dumps(res, indent=2))
 
 
@@ -137,9 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("env", help="print the machine, GPU and library versions measurements record")
     s.set_defaults(func=cmd_env)
 
-    s = sub.add_parser("validate-data", help="check a GLUE-format directory for a task")
-    s.add_argument("source", help="directory with train.tsv and dev.tsv, or hub:glue/sst2")
-    s.add_argument("--task", default="sst2", help="sst2, mrpc or conll2003 (default sst2)")
+    s = sub.add_parser("validate-data", help="check a task's data files (any kind and format) as prepare reads them")
+    s.add_argument("source", nargs="?", help="directory of split files, or hub:<id> (default: prepare.source)")
+    s.add_argument("--task", help="the params preset to read it with (default prepare.task)")
+    s.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="override a prepare key, e.g. --set train=all.csv --set dev=null (repeatable)")
     s.set_defaults(func=cmd_validate_data)
 
     s = sub.add_parser("measure", help="measure accuracy, latency and memory of a model directory")
@@ -162,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                                             "without texts or --file, lines are read from standard input")
     s.add_argument("--file", help="a UTF-8 file with one text (or tab-separated pair) per line")
     s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
-    s.add_argument("--task", help="sst2, mrpc or conll2003 (default: the artifact's own task, recorded in "
+    s.add_argument("--task", help="the task name (default: the artifact's own task, recorded in "
                                   "artifact.json or config.json; a --task that contradicts it is refused)")
     s.add_argument("--format", choices=["text", "jsonl"], default="text", help="output format (default text)")
     s.add_argument("--batch-size", type=int, default=32)
@@ -171,11 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=2)
     s.set_defaults(func=cmd_predict)
 
-    s = sub.add_parser("evaluate", help="score an artifact on a GLUE-format or CoNLL-format split with the pipeline's pre-processing")
-    s.add_argument("--data", required=True, help="GLUE-format directory (train.tsv/dev.tsv), CoNLL directory (train.txt/dev.txt/test.txt) or hub:glue/sst2")
-    s.add_argument("--split", default="dev", help="train, dev or test (default dev; test: a CoNLL directory's test.txt, or a GLUE test.tsv with labels)")
+    s = sub.add_parser("evaluate", help="score an artifact on a labelled split (any format the pipeline reads) "
+                                        "with the pipeline's pre-processing")
+    s.add_argument("--data", required=True, help="directory of split files (or hub:<id>), read as the "
+                                                 "artifact's task preset in params says")
+    s.add_argument("--split", default="dev", choices=["train", "dev", "test"], help="default dev")
+    s.add_argument("--file", help="the split's file inside --data (default: the preset's prepare.<split>)")
+    s.add_argument("--params", default="params.yaml", help="params file with the task's preset (default params.yaml)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a prepare key (repeatable)")
     s.add_argument("--artifact", default="models/production", help="artifact directory (default models/production)")
-    s.add_argument("--task", help="sst2, mrpc or conll2003 (default: the artifact's own task, recorded in "
+    s.add_argument("--task", help="the task name (default: the artifact's own task, recorded in "
                                   "artifact.json or config.json; a --task that contradicts it is refused)")
     s.add_argument("--max-length", type=int, default=128)
     s.add_argument("--target", default="cpu", choices=["cpu", "gpu"])

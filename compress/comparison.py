@@ -19,7 +19,7 @@ import io
 from pathlib import Path
 
 from .io import atomic_write_text, replace_block
-from .report import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LATENCY, _fmt, _pct_ci, build_comparison,
+from .report import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LATENCY, METRIC_LABELS, _fmt, _pct_ci, build_comparison,
                      environment_lines, has_interval, has_metric, metric_header, primary_metric, summarize)
 
 TEACHER = "teacher"
@@ -104,7 +104,7 @@ def table_rows(comp: dict, target: str) -> list[dict]:
             "artifact": r["artifact"], "format": r.get("format"), "precision": r.get("precision"),
             "reference": r["artifact"] in refs,
             "size_mb": r.get("size_mb"), "num_params": r.get("num_params"), "accuracy": r.get("accuracy"),
-            "f1": r.get("f1"), "token_accuracy": r.get("token_accuracy"), "f1_per_type": r.get("f1_per_type"),
+            "f1": r.get("f1"), "macro_f1": r.get("macro_f1"), "token_accuracy": r.get("token_accuracy"), "f1_per_type": r.get("f1_per_type"),
             **{f: r.get(f) for f in CI_FIELDS},
             "metric": metric, "score": acc,
             "score_delta_pts": None if acc is None or t_acc is None else round(100 * (acc - t_acc), 2),
@@ -169,9 +169,9 @@ def target_table_markdown(comp: dict, target: str) -> str:
     metric, label = primary_metric(comp["records"])
     # pair tasks show F1 beside accuracy; single sentences get no empty column, and a
     # tagger's F1 is its main column already
-    f1 = metric != "f1" and has_metric(rows, "f1")
+    extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(rows, m)]
     head = ("| artifact | format | precision | size MiB | params | " + metric_header(rows, metric, label)
-            + " | Δ vs teacher (points) " + ("| " + metric_header(rows, "f1", "F1") + " " if f1 else "")
+            + " | Δ vs teacher (points) " + "".join("| " + metric_header(rows, m, METRIC_LABELS[m]) + " " for m in extra)
             + "| p50 ms | p90 ms | p99 ms | throughput seq/s (32×128) | dev stream sent/s | speedup vs teacher "
             "| peak RSS MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -181,7 +181,7 @@ def target_table_markdown(comp: dict, target: str) -> str:
         lines.append("| " + " | ".join([
             name, _fmt(x["format"]), _fmt(x["precision"]), _fmt(x["size_mb"], 1), _fmt(x["num_params"]), acc,
             "–" if x["score_delta_pts"] is None else f"{x['score_delta_pts']:+.2f}",
-            *([_pct_ci(x, "f1")] if f1 else []),
+            *[_pct_ci(x, m) for m in extra],
             _fmt(x["latency_ms_p50"]), _fmt(x["latency_ms_p90"]), _fmt(x["latency_ms_p99"]),
             _fmt(x["throughput_seq_per_s"], 1), _fmt(x["dev_stream_seq_per_s"], 1), _x(x["speedup_vs_teacher"]),
             _fmt(x["peak_mem_mb"], 0),

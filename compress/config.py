@@ -133,24 +133,35 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def active_task(params: dict) -> str:
+    """prepare.task: the dataset whose `by_task` presets apply ('' when params name none)."""
     prep = params.get("prepare") or {}
-    return prep.get("task", "sst2") if isinstance(prep, dict) else "sst2"
+    return str(prep.get("task") or "") if isinstance(prep, dict) else ""
 
 
-def resolve_preset(data: dict | None, name: str, task: str) -> dict | None:
+def task_names(params: dict) -> tuple[str, ...]:
+    """The datasets params declare: every `prepare.by_task` key (each names a dataset and
+    its kind, files and columns), and the active `prepare.task`."""
+    prep = params.get("prepare") or {}
+    presets = prep.get(PRESETS_KEY) if isinstance(prep, dict) else None
+    names = list(presets) if isinstance(presets, dict) else []
+    task = active_task(params)
+    return tuple(names + ([task] if task and task not in names else []))
+
+
+def resolve_preset(data: dict | None, name: str, task: str, known: tuple[str, ...] | None = None) -> dict | None:
     """Section `name` as the stage sees it for `task`: the `by_task` block of that task
-    merged over the base keys, and the `by_task` key itself removed."""
+    merged over the base keys, and the `by_task` key itself removed. With `known`, a
+    preset for a task params do not declare is refused (a typo would silently be unused)."""
     if not isinstance(data, dict) or PRESETS_KEY not in data:
         return data
-    from .data import TASKS  # data imports this module
-
     data = dict(data)
     presets = data.pop(PRESETS_KEY) or {}
     if not isinstance(presets, dict):
         raise ConfigError(f"'{name}.{PRESETS_KEY}' must map task names to overrides, got {presets!r}")
     for key, block in presets.items():
-        if key not in TASKS:
-            raise ConfigError(f"unknown task '{name}.{PRESETS_KEY}.{key}': tasks are {', '.join(TASKS)}")
+        if known is not None and key not in known:
+            raise ConfigError(f"unknown task '{name}.{PRESETS_KEY}.{key}': the tasks declared under "
+                              f"prepare.{PRESETS_KEY} are {', '.join(known)}")
         if not isinstance(block, dict):
             raise ConfigError(f"'{name}.{PRESETS_KEY}.{key}' must be a mapping of {name} keys, got {block!r}")
     return merge(data, presets.get(task) or {})
@@ -159,4 +170,4 @@ def resolve_preset(data: dict | None, name: str, task: str) -> dict | None:
 def section(params: dict, name: str, cls):
     """Build config `cls` from section `name` of already-loaded params, with the active
     task's preset (`<section>.by_task.<prepare.task>`) applied."""
-    return build(cls, resolve_preset(params.get(name), name, active_task(params)), name)
+    return build(cls, resolve_preset(params.get(name), name, active_task(params), task_names(params)), name)

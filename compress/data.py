@@ -1,244 +1,44 @@
-"""Tasks and data: read, validate and prepare GLUE classification and CoNLL tagging splits.
+"""Users' data: read and validate the split files of a task of any kind, take the label
+set from the training split, carve a dev split when there is none, and write the
+prepared splits and the data card every later stage reads.
 
-Sources are a local GLUE-format directory (``train.tsv`` and ``dev.tsv``, tab-separated,
-quoting off, UTF-8 with an optional byte-order mark) or a Hugging Face Hub dataset id
-written ``hub:glue/sst2``. Every problem in a local file is reported with the file and
-line number. Prepared splits are JSON lines ``{"text_a", "text_b", "label"}``; the
-tokenizer of each model turns them into tensors later, so one prepared set serves all
-models of a pipeline.
+Sources are a local directory holding the split files named by `prepare.train`, `.dev`
+and `.test` (CSV, TSV, JSON Lines or CoNLL columns; the format follows the extension
+unless `prepare.format` names it) or a Hugging Face Hub dataset written ``hub:<id>``
+(`train`, `dev`, `test` then name Hub splits). Every problem in a file is reported with
+the file and line (compress.tasks.formats). Prepared splits are JSON lines:
+``{"text_a", "text_b", "label"}`` (label: class id) for classifiers, ``{"words", "tags"}``
+(tag names) for taggers; one prepared set serves every model of a pipeline.
 
-A task's `kind` says what its model predicts: `sequence` (one label per sentence or pair:
-SST-2, MRPC) or `token` (one tag per word: CoNLL-2003 NER, read by compress.ner, prepared
-as JSON lines ``{"words", "tags"}``). Stages never branch on task names: they ask the
-task for its kind and its `primary_metric` (what the comparison and `select` rank by).
+Refused: a label in dev or test that training never had (file and line named), a label
+set of one class, tags outside IOB1/IOB2, columns a kind does not read.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import random
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from .config import check
-from .errors import UserError
+from .errors import DataError
 from .io import atomic_dir, atomic_write_json
-from .ner import TAG_ID, TAGS, Sentence, card_counts, read_conll
+from .ner import Sentence, card_counts
+from .tasks.base import Example, Task, get_kind, locate
 
 SPLITS = ("train", "dev")
+COLUMN_KEYS = ("text", "text_pair", "label", "tokens", "tags")
+
+__all__ = ["DataError", "Example", "Prepared", "PrepareConfig", "Task", "prepare", "read_split"]
 
 
-@dataclass(frozen=True)
-class Task:
-    name: str
-    columns: tuple[str, ...]  # header of the GLUE tsv file
-    text_columns: tuple[str, ...]  # one column: single sentence; two: sentence pair
-    label_column: str
-    labels: tuple[str, ...]  # label values as written in the file, index = class id
-    label_names: tuple[str, ...]
-    hub_columns: tuple[str, ...]  # text columns in the Hub's glue config
-    metrics: tuple[str, ...]  # scalar dev metrics in curves and reports (compress.metrics)
-    kind: str = "sequence"  # sequence: a label per row | token: a tag per word
-    primary_metric: str = "accuracy"  # what the comparison, floors and `select` rank by
-
-    @property
-    def is_pair(self) -> bool:
-        return len(self.text_columns) == 2
-
-    @property
-    def token_level(self) -> bool:
-        return self.kind == "token"
-
-    @property
-    def num_labels(self) -> int:
-        return len(self.labels)
-
-
-TASKS = {
-    "sst2": Task(
-        name="sst2",
-        columns=("sentence", "label"),
-        text_columns=("sentence",),
-        label_column="label",
-        labels=("0", "1"),
-        label_names=("negative", "positive"),
-        hub_columns=("sentence",),
-        metrics=("accuracy",),
-    ),
-    "mrpc": Task(
-        name="mrpc",
-        columns=("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"),
-        text_columns=("#1 String", "#2 String"),
-        label_column="Quality",
-        labels=("0", "1"),
-        label_names=("not_equivalent", "equivalent"),
-        hub_columns=("sentence1", "sentence2"),
-        metrics=("accuracy", "f1"),
-    ),
-    # Entity-level micro F1 (exact span and type, conlleval), precision, recall and the
-    # tag accuracy of words (compress.ner.entity_metrics)
-    "conll2003": Task(
-        name="conll2003",
-        columns=("token", "tag"),
-        text_columns=("tokens",),
-        label_column="tag",
-        labels=TAGS,
-        label_names=TAGS,
-        hub_columns=("tokens",),
-        metrics=("f1", "precision", "recall", "token_accuracy"),
-        kind="token",
-        primary_metric="f1",
-    ),
-}
-
-
-class DataError(UserError):
-    """Input data is missing or malformed; the message names the file and line."""
-
-
-def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise DataError(f"unknown task '{name}': choose one of {', '.join(TASKS)}")
-    return TASKS[name]
-
-
-@dataclass(frozen=True)
-class Example:
-    text_a: str
-    text_b: str | None
-    label: int
-
-
-def read_glue_tsv(path: str | Path, task: Task) -> Iterator[Example]:
-    """Stream examples from a GLUE tsv file, validating every row.
-
-    Streams line by line so memory stays bounded for any file size. Raises DataError
-    naming the file and 1-based line number on the first bad row.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(
-            f"{path}: file not found. A GLUE-format directory holds train.tsv and dev.tsv "
-            f"(set prepare.source to that directory, or to hub:glue/{task.name})"
-        )
-    with open(path, "rb") as f:
-        header = None
-        col_index: dict[str, int] = {}
-        for lineno, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[e.start]:02x} at column "
-                    f"{e.start + 1}); re-encode the file as UTF-8"
-                ) from None
-            if lineno == 1:
-                line = line.lstrip("\ufeff")  # MRPC ships with a byte-order mark
-            line = line.rstrip("\r\n")
-            if header is None:
-                header = line.split("\t")
-                missing = [c for c in task.columns if c not in header]
-                if missing or len(header) != len(task.columns):
-                    raise DataError(
-                        f"{path}:1: wrong columns for task '{task.name}': expected "
-                        f"{list(task.columns)}, found {header}"
-                    )
-                col_index = {c: header.index(c) for c in task.columns}
-                continue
-            if not line.strip():
-                # A trailing blank line is harmless; a blank line mid-file is not.
-                rest = f.read()
-                if rest.strip():
-                    raise DataError(f"{path}:{lineno}: empty line inside the data")
-                return
-            fields = line.split("\t")
-            if len(fields) != len(header):
-                raise DataError(
-                    f"{path}:{lineno}: expected {len(header)} tab-separated fields, found "
-                    f"{len(fields)} (a sentence may contain a tab character)"
-                )
-            label = fields[col_index[task.label_column]].strip()
-            if label not in task.labels:
-                raise DataError(
-                    f"{path}:{lineno}: label {label!r} is not one of task '{task.name}' "
-                    f"labels {list(task.labels)}"
-                )
-            texts = []
-            for c in task.text_columns:
-                text = fields[col_index[c]].strip()
-                if not text:
-                    raise DataError(f"{path}:{lineno}: empty sentence in column '{c}'")
-                texts.append(text)
-            yield Example(
-                texts[0], texts[1] if task.is_pair else None, task.labels.index(label)
-            )
-
-
-def read_hub(dataset_id: str, split: str, task: Task, revision: str | None) -> Iterator[Example]:
-    """Examples from a Hub dataset such as ``glue/sst2`` (needs network and `datasets`)."""
-    try:
-        import datasets  # optional: pip install 'bert-compress[hub]'
-    except ImportError:
-        raise DataError(
-            f"hub:{dataset_id} needs the 'datasets' package: pip install 'bert-compress[hub]'"
-        ) from None
-    parts = dataset_id.split("/")
-    hub_split = {"train": "train", "dev": "validation"}[split]
-    if len(parts) == 2 and parts[0] == "glue":
-        ds = datasets.load_dataset("nyu-mll/glue", parts[1], split=hub_split, revision=revision)
-    else:
-        ds = datasets.load_dataset(dataset_id, split=hub_split, revision=revision)
-    for i, row in enumerate(ds):
-        where = f"hub:{dataset_id}[{hub_split}] row {i}"
-        missing = [c for c in (*task.hub_columns, "label") if c not in row]
-        if missing:
-            raise DataError(f"{where}: missing columns {missing}")
-        label = row["label"]
-        if label not in range(task.num_labels):
-            raise DataError(f"{where}: label {label!r} outside 0..{task.num_labels - 1}")
-        texts = [str(row[c]).strip() for c in task.hub_columns]
-        if not all(texts):
-            raise DataError(f"{where}: empty sentence")
-        yield Example(texts[0], texts[1] if task.is_pair else None, int(label))
-
-
-def read_hub_tokens(dataset_id: str, split: str, revision: str | None) -> Iterator[Sentence]:
-    """Sentences from a Hub token-classification dataset with `tokens` and `ner_tags`
-    columns in CoNLL-2003's tag order (e.g. ``eriktks/conll2003``; needs network)."""
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(f"hub:{dataset_id} needs the 'datasets' package: pip install 'bert-compress[hub]'") from None
-    hub_split = {"train": "train", "dev": "validation", "test": "test"}[split]
-    ds = datasets.load_dataset(dataset_id, split=hub_split, revision=revision)
-    for i, row in enumerate(ds):
-        where = f"hub:{dataset_id}[{hub_split}] row {i}"
-        if "tokens" not in row or "ner_tags" not in row:
-            raise DataError(f"{where}: a token-classification dataset needs 'tokens' and 'ner_tags' columns")
-        tags = [int(t) for t in row["ner_tags"]]
-        if len(tags) != len(row["tokens"]) or any(not 0 <= t < len(TAGS) for t in tags):
-            raise DataError(f"{where}: ner_tags must be one id in 0..{len(TAGS) - 1} per token")
-        if row["tokens"]:
-            yield Sentence(tuple(row["tokens"]), tuple(tags))
-
-
-def read_split(source: str, split: str, task: Task, revision: str | None = None) -> Iterator[Example | Sentence]:
-    if split not in SPLITS + ("test",):
-        raise DataError(f"unknown split '{split}': choose one of {SPLITS + ('test',)}")
-    if task.token_level:
-        if source.startswith("hub:"):
-            return read_hub_tokens(source[4:], split, revision)
-        return read_conll(Path(source) / f"{split}.txt")
-    if source.startswith("hub:"):
-        return read_hub(source[4:], split, task, revision)
-    return read_glue_tsv(Path(source) / f"{split}.tsv", task)
-
-
-def json_line(ex: Example | Sentence) -> str:
+def json_line(ex: Example | Sentence, task: Task) -> str:
     if isinstance(ex, Sentence):
-        return json.dumps({"words": list(ex.words), "tags": [TAGS[t] for t in ex.tags]}, ensure_ascii=False) + "\n"
+        return json.dumps({"words": list(ex.words), "tags": [task.labels[t] for t in ex.tags]},
+                          ensure_ascii=False) + "\n"
     return json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label}, ensure_ascii=False) + "\n"
 
 
@@ -250,7 +50,8 @@ def _count(counts: Counter, ex: Example | Sentence) -> None:
         counts[ex.label] += 1
 
 
-def write_split(examples: Iterable[Example | Sentence], path: Path, max_rows: int | None, seed: int) -> Counter:
+def write_split(examples: Iterable[Example | Sentence], path: Path, task: Task, max_rows: int | None,
+                seed: int) -> Counter:
     """Stream examples into a JSON-lines file; returns the label counts written (words
     per tag for sentences).
 
@@ -261,7 +62,7 @@ def write_split(examples: Iterable[Example | Sentence], path: Path, max_rows: in
     if max_rows is None:
         with open(path, "w", encoding="utf-8") as f:
             for ex in examples:
-                f.write(json_line(ex))
+                f.write(json_line(ex, task))
                 _count(counts, ex)
         return counts
     rng = random.Random(seed)
@@ -276,30 +77,31 @@ def write_split(examples: Iterable[Example | Sentence], path: Path, max_rows: in
     keep.sort(key=lambda t: t[0])
     with open(path, "w", encoding="utf-8") as f:
         for _, ex in keep:
-            f.write(json_line(ex))
+            f.write(json_line(ex, task))
             _count(counts, ex)
     return counts
 
 
-def _row(d: dict) -> Example | Sentence:
+def _row(d: dict, tag_id: dict[str, int]) -> Example | Sentence:
     if "words" in d:
         words, tags = d["words"], d["tags"]
         if len(words) != len(tags) or not words:
             raise ValueError(f"{len(words)} words and {len(tags)} tags")
-        return Sentence(tuple(words), tuple(TAG_ID[t] for t in tags))
+        return Sentence(tuple(words), tuple(tag_id[t] for t in tags))
     return Example(d["text_a"], d["text_b"], int(d["label"]))
 
 
-def read_jsonl(path: str | Path) -> list[Example | Sentence]:
+def read_jsonl(path: str | Path, task: Task) -> list[Example | Sentence]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: prepared split not found; run the prepare stage first")
     out = []
+    tag_id = {t: i for i, t in enumerate(task.labels)}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             try:
                 d = json.loads(line)
-                out.append(_row(d))
+                out.append(_row(d, tag_id))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 raise DataError(f"{path}:{lineno}: malformed prepared row ({e})") from None
     return out
@@ -313,19 +115,24 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def data_card(task: Task, source: str, counts: dict[str, Counter], files: dict[str, Path]) -> dict:
-    """Rows per split, label balance and content hashes of the prepared files; for a
-    tagging task sentences, words and entities per type, and words per tag."""
-    card = {"task": task.name, "source": source, "is_pair": task.is_pair,
-            "label_names": list(task.label_names), "splits": {}}
-    if task.token_level:
-        card["kind"] = task.kind
+def data_card(task: Task, cfg: PrepareConfig, counts: dict[str, Counter], files: dict[str, Path]) -> dict:
+    """The task (name, kind, labels), where it was read, and per split the rows, label
+    balance and content hash of the prepared file; for a tagger sentences, words,
+    entities per type, words per tag and the tag scheme (IOB1/IOB2)."""
+    card = {"task": task.name, "kind": task.kind, "labels": list(task.labels),
+            "label_names": list(task.label_names), "is_pair": task.is_pair, "source": cfg.source,
+            "files": {s: n for s, n in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if n},
+            "format": cfg.format, "columns": cfg.kind_columns(), "splits": {}}
     for name, c in counts.items():
         if task.token_level:
-            stats = card_counts(read_jsonl(files[name]))
+            from .ner import tag_scheme
+
+            rows = read_jsonl(files[name], task)
+            stats = card_counts(rows, task.labels)
             card["splits"][name] = {"rows": stats["sentences"], "tokens": stats["tokens"],
                                     "entities": stats["entities"],
-                                    "tag_counts": {t: c.get(i, 0) for i, t in enumerate(TAGS)},
+                                    "tag_counts": {t: c.get(i, 0) for i, t in enumerate(task.labels)},
+                                    "tag_scheme": tag_scheme([task.labels[t] for t in s.tags] for s in rows),
                                     "sha256": sha256_file(files[name])}
             continue
         n = sum(c.values())
@@ -353,60 +160,205 @@ class Prepared:
         if not card_path.is_file():
             raise DataError(f"{card_path}: data card not found; run the prepare stage first")
         card = json.loads(card_path.read_text(encoding="utf-8"))
-        return cls(root, get_task(card["task"]), card)
+        if "kind" not in card or "labels" not in card:
+            raise DataError(f"{card_path}: written by an older version (no task kind or labels); "
+                            "re-run the prepare stage (dvc repro prepare)")
+        return cls(root, task_of_card(card, str(card_path)), card)
 
     def split(self, name: str) -> list[Example | Sentence]:
-        return read_jsonl(self.root / f"{name}.jsonl")
+        return read_jsonl(self.root / f"{name}.jsonl", self.task)
 
     def sha256(self, name: str) -> str:
         return self.card["splits"][name]["sha256"]
+
+
+def task_of_card(card: dict, where: str) -> Task:
+    return Task.from_dict({"name": card.get("task"), "kind": card.get("kind"), "labels": card.get("labels"),
+                           "label_names": card.get("label_names")}, where)
 
 
 # --- the prepare verb --------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    task: str = "sst2"
-    source: str = "../shared/data/sst2"  # GLUE-format directory, CoNLL directory, or hub:glue/sst2
+    task: str = "sst2"  # the dataset's name: selects every section's by_task preset
+    source: str = "../shared/data/sst2"  # a directory of split files, or hub:<dataset id>
+    kind: str = "classification"  # classification | pair_classification | token_classification
+    format: str | None = None  # csv | tsv | jsonl | conll; null: from each file's extension
+    train: str = "train.tsv"  # file names inside source (Hub split names for hub: sources)
+    dev: str | None = "dev.tsv"  # null: carve dev_fraction of train (seeded, stratified)
+    test: str | None = None  # reported only by `compress evaluate --split test`
+    columns: dict[str, str] = field(default_factory=lambda: {"text": "sentence", "label": "label"})
+    labels: list[str | int] | None = None  # null: the training split's labels, sorted; else the class order
+    label_names: list[str] | None = None  # what predictions print, one per label (null: the labels)
+    dev_fraction: float = 0.1
     revision: str | None = None  # Hub dataset revision (commit or tag) to pin
     max_train_rows: int | None = None  # None: all rows; else a seeded random subset
     max_dev_rows: int | None = None
     seed: int = 0
 
     def __post_init__(self):
-        check(self.task in TASKS, f"unknown task '{self.task}': choose one of {', '.join(TASKS)}")
+        check(_known_kind(self.kind),
+              f"unknown kind '{self.kind}': choose one of classification, pair_classification, token_classification")
+        kind = get_kind(self.kind)
         check(bool(self.source.strip()), "source must be a directory or hub:<dataset id>")
+        check(bool(self.task.strip()), "task must name the dataset (the by_task preset of every section)")
         for k in ("max_train_rows", "max_dev_rows"):
             v = getattr(self, k)
             check(v is None or v >= 1, f"{k} must be >= 1 or null, got {v}")
+        check(0 < self.dev_fraction < 1, f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
         check(self.revision is None or self.source.startswith("hub:"),
               "revision pins a Hub dataset; it has no meaning for a local source")
+        unknown = sorted(set(self.columns) - set(COLUMN_KEYS))
+        check(not unknown, f"unknown columns key(s) {unknown}: the keys are {', '.join(COLUMN_KEYS)}")
+        check(kind.pair or not self.columns.get("text_pair"),
+              f"columns.text_pair names a second text, read by kind pair_classification only (kind is {self.kind})")
+        if self.labels is not None:
+            check(len(self.labels) >= 2 and len(set(map(str, self.labels))) == len(self.labels),
+                  f"labels must list at least two distinct labels, got {self.labels}")
+        if self.label_names is not None:
+            check(self.labels is not None and len(self.label_names) == len(self.labels),
+                  "label_names needs labels, one name per label in the same order")
+
+    def kind_columns(self) -> dict[str, str]:
+        kind = get_kind(self.kind)
+        return {k: self.columns.get(k, default) for k, default in kind.columns.items()}
+
+
+def _known_kind(name: str) -> bool:
+    try:
+        get_kind(name)
+        return True
+    except DataError:
+        return False
+
+
+def _split_source(cfg: PrepareConfig, split: str) -> str | None:
+    name = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}[split]
+    if name is None:
+        return None
+    return f"{cfg.source}[{name}]" if cfg.source.startswith("hub:") else str(Path(cfg.source) / name)
+
+
+def read_raw(cfg: PrepareConfig, split: str) -> tuple[str, Iterator]:
+    """(where, raw rows) of one split as written in the source."""
+    kind = get_kind(cfg.kind)
+    name = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}[split]
+    if cfg.source.startswith("hub:"):
+        return f"{cfg.source}[{name}]", kind.read_hub(cfg.source[4:], name, cfg.revision, cfg.kind_columns())
+    path = Path(cfg.source) / name
+    if not path.is_file():
+        where = "a directory" if Path(cfg.source).is_dir() else "not a directory"
+        raise DataError(f"{path}: file not found (prepare.source {cfg.source} is {where}; prepare.{split} "
+                        f"names the {split} file inside it)")
+    return str(path), kind.read(path, cfg.format, cfg.kind_columns())
+
+
+def label_set(cfg: PrepareConfig) -> tuple[Task, dict]:
+    """The task's labels: params' list (every training label must be in it), or the
+    labels of the training split in the kind's default order. One streaming pass."""
+    kind = get_kind(cfg.kind)
+    where, rows = read_raw(cfg, "train")
+    seen: dict[str, int] = {}
+    for raw in rows:
+        for value in kind.label_values(raw):
+            seen.setdefault(value, raw.line)
+    if not seen:
+        raise DataError(f"{where}: the training split has no rows")
+    if cfg.labels is not None:
+        labels = [str(x) for x in cfg.labels]
+        extra = sorted(set(seen) - set(labels))
+        if extra:
+            raise DataError(f"{locate(where, seen[extra[0]])}: label {extra[0]!r} is not in prepare.labels {labels}; "
+                            "add it there (or remove prepare.labels to take the labels from the data)")
+    else:
+        labels = kind.default_labels(seen)
+    facts = kind.check_labels(labels, where)  # one class only: refused per split by prepare
+    names = [str(x) for x in cfg.label_names] if cfg.label_names else labels
+    return Task(cfg.task, cfg.kind, tuple(labels), tuple(names)), facts
+
+
+def examples(cfg: PrepareConfig, split: str, task: Task) -> Iterator[Example | Sentence]:
+    kind = task.kind_impl
+    where, rows = read_raw(cfg, split)
+    label_id = {label: i for i, label in enumerate(task.labels)}
+    for raw in rows:
+        yield kind.example(raw, label_id, where)
+
+
+def read_split(cfg: PrepareConfig, split: str, task: Task | None = None) -> Iterator[Example | Sentence]:
+    """Validated examples of a split of cfg's source, labels mapped by `task` (default: the
+    label set of cfg's training split)."""
+    if split not in ("train", "dev", "test"):
+        raise DataError(f"unknown split '{split}': choose one of train, dev, test")
+    if {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}[split] is None:
+        raise DataError(f"no {split} file: set prepare.{split} (the {split} file inside prepare.source)")
+    return examples(cfg, split, task or label_set(cfg)[0])
+
+
+def carve(items: list, task: Task, fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(train ids, dev ids): a seeded, stratified share `fraction` of each stratum (a label;
+    a tagger's set of entity types) for dev. A stratum of two or more rows gives at least
+    one to dev and keeps at least one; the ids of each side stay in file order."""
+    strata: dict[str, list[int]] = defaultdict(list)
+    for i, ex in enumerate(items):
+        strata[task.kind_impl.stratum(ex, task.labels)].append(i)
+    rng = random.Random(seed)
+    dev: list[int] = []
+    for key in sorted(strata):
+        ids = strata[key]
+        k = round(fraction * len(ids))
+        k = min(max(k, 1 if len(ids) >= 2 else 0), len(ids) - 1) if len(ids) >= 2 else 0
+        dev += rng.sample(ids, k)
+    chosen = set(dev)
+    return [i for i in range(len(items)) if i not in chosen], sorted(dev)
+
+
+def _check_classes(counts: Counter, task: Task, where: str) -> None:
+    if not counts:
+        raise DataError(f"{where} has no rows")
+    if len(counts) < 2:
+        (only,) = counts
+        unit = "words" if task.token_level else "rows"
+        raise DataError(f"{where} holds only the label '{task.label_names[only]}' ({counts[only]} {unit}): a "
+                        f"{task.num_labels}-class task needs more than one class in both splits; check the file "
+                        "(or the max_*_rows slice)")
 
 
 def prepare(cfg: PrepareConfig, out_dir: str | Path) -> dict:
-    """Validate the source splits and write train.jsonl, dev.jsonl and card.json.
+    """Validate the source splits and write train.jsonl, dev.jsonl (test.jsonl when given)
+    and card.json.
 
-    Streams every split (bounded memory for any file size) into a temporary directory
-    that replaces out_dir only when every split is valid: a bad row anywhere leaves the
-    previous prepared data as it was."""
-    task = get_task(cfg.task)
-    limits = {"train": cfg.max_train_rows, "dev": cfg.max_dev_rows}
+    The label set comes from a first pass over the training split; each split is then
+    streamed through validation. Without a dev file, a stratified dev split is carved from
+    train (that needs the training rows in memory). Everything is written into a temporary
+    directory that replaces out_dir only when every split is valid: a bad row anywhere
+    leaves the previous prepared data as it was."""
+    task, facts = label_set(cfg)
+    limits = {"train": cfg.max_train_rows, "dev": cfg.max_dev_rows, "test": None}
     with atomic_dir(out_dir) as tmp:
-        files, counts = {}, {}
-        for name in SPLITS:
+        files, counts, carved = {}, {}, None
+        sources: dict[str, Iterable] = {}
+        if cfg.dev is None:
+            train = list(examples(cfg, "train", task))
+            keep, dev_ids = carve(train, task, cfg.dev_fraction, cfg.seed)
+            if not dev_ids:
+                raise DataError(f"{_split_source(cfg, 'train')}: too few rows to carve a dev split from")
+            sources = {"train": [train[i] for i in keep], "dev": [train[i] for i in dev_ids]}
+            carved = {"from": "train", "fraction": cfg.dev_fraction, "seed": cfg.seed, "rows": len(dev_ids),
+                      "row_ids_sha256": hashlib.sha256(json.dumps(dev_ids).encode()).hexdigest()}
+        else:
+            sources = {"train": examples(cfg, "train", task), "dev": examples(cfg, "dev", task)}
+        if cfg.test is not None:
+            sources["test"] = examples(cfg, "test", task)
+        for name, rows in sources.items():
             files[name] = tmp / f"{name}.jsonl"
-            counts[name] = write_split(read_split(cfg.source, name, task, cfg.revision), files[name],
-                                       limits[name], cfg.seed)
-            where = f"{cfg.source}: split '{name}'"
-            if not counts[name]:
-                raise DataError(f"{where} has no rows")
-            if len(counts[name]) < 2:
-                (only,) = counts[name]
-                unit = "words" if task.token_level else "rows"
-                raise DataError(f"{where} holds only the label '{task.label_names[only]}' "
-                                f"({counts[name][only]} {unit}): a {task.num_labels}-class task needs more "
-                                "than one class in both splits; check the file (or the max_*_rows slice)")
-        card = data_card(task, cfg.source, counts, files)
+            counts[name] = write_split(rows, files[name], task, limits[name], cfg.seed)
+            if name != "test":
+                _check_classes(counts[name], task, f"{cfg.source}: split '{name}'")
+        card = data_card(task, cfg, counts, files)
+        card.update(facts)
+        card["dev_carved"] = carved
         card["subsample"] = {"max_train_rows": cfg.max_train_rows, "max_dev_rows": cfg.max_dev_rows,
                              "seed": cfg.seed}
         atomic_write_json(tmp / "card.json", card)

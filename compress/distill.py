@@ -32,7 +32,7 @@ from .augment import UNLABELLED, AugmentConfig, augment, describe
 from .data import Prepared, json_line, read_jsonl
 from .models import load_saved, save_trained
 from .tokens import Encoded, encode, eval_batches, position_logits
-from .train import FinetuneConfig, finetune, seed_everything, to_torch
+from .train import DistillTrainConfig, finetune, seed_everything, to_torch
 
 
 # --- student construction ----------------------------------------------------------------
@@ -144,7 +144,7 @@ def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, 
     with distributed.output_dir(out_dir) as tmp:  # rank 0 writes
         np.save(tmp / "logits.npy", logits)
         with open(tmp / AUGMENTED, "w", encoding="utf-8") as f:
-            f.writelines(json_line(ex) for ex in extra)
+            f.writelines(json_line(ex, prepared.task) for ex in extra)
         # no timing in the cached output: the same inputs must give the same bytes
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return {**meta, "wall_s": round(time.perf_counter() - t0, 1)}
@@ -188,7 +188,7 @@ def load_transfer(cache_dir: Path, prepared: Prepared) -> tuple[list, np.ndarray
     with the teacher logits of each row."""
     logits, meta = load_teacher_cache(cache_dir, prepared)
     extra_path = Path(cache_dir) / AUGMENTED
-    rows = prepared.split("train") + (read_jsonl(extra_path) if extra_path.is_file() else [])
+    rows = prepared.split("train") + (read_jsonl(extra_path, prepared.task) if extra_path.is_file() else [])
     expected = meta.get("positions", len(rows))  # a tagger's cache: one row per scored word
     if len(rows) != meta["rows"] or len(logits) != expected:
         raise UserError(f"{cache_dir}: {len(logits)} cached logits for {len(rows)} transfer rows "
@@ -301,9 +301,9 @@ class DistillConfig:
     # Keep the word-embedding table (30522 x hidden, ~2/3 of a 3x384 student's weights)
     # as copied from the teacher: the optimizer then skips most of the parameters, which
     # makes a step faster; student and control get the same treatment.
-    freeze_word_embeddings: bool = False
+    freeze_word_embeddings: bool = True
     loss: DistillLossConfig = field(default_factory=DistillLossConfig)
-    train: FinetuneConfig = field(default_factory=FinetuneConfig)
+    train: DistillTrainConfig = field(default_factory=DistillTrainConfig)
 
     def __post_init__(self):
         check(len(self.student_layers) >= 1, "student_layers must name at least one teacher layer")

@@ -4,3 +4,7 @@ points and the CLI print these as one line, without a traceback."""
 
 class UserError(ValueError):
     pass
+
+
+class DataError(UserError):
+    """Input data is missing or malformed; the message names the file and line (or row)."""

@@ -12,7 +12,7 @@ import html
 import io
 
 from . import comparison as C
-from .report import CI_NOTE, _fmt, _pct_ci, has_interval, has_metric, metric_header, primary_metric
+from .report import CI_NOTE, METRIC_LABELS, _fmt, _pct_ci, has_interval, has_metric, metric_header, primary_metric
 
 FORMAT_COLORS = {"pytorch": "#1f77b4", "pytorch_int8": "#ff7f0e", "pytorch_inc": "#d62728",
                  "onnx": "#2ca02c", "openvino": "#17becf", "tensorrt": "#9467bd"}
@@ -140,9 +140,10 @@ def _table(comp: dict, target: str) -> str:
     rows = C.table_rows(comp, target)
     front = set(C.pareto_front(rows))
     metric, label = primary_metric(comp["records"])
-    f1 = metric != "f1" and has_metric(rows, "f1")  # pair tasks: F1 beside accuracy; a tagger's F1 is the main column
+    # the task's other metrics beside the main one (F1 of binary pairs, macro-F1); a tagger's F1 is the main one
+    extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(rows, m)]
     head = ["#", "artifact", "format", "precision", "size MiB", "params", metric_header(rows, metric, label),
-            "Δ vs teacher (points)", *([metric_header(rows, "f1", "F1")] if f1 else []),
+            "Δ vs teacher (points)", *[metric_header(rows, m, METRIC_LABELS[m]) for m in extra],
             "p50 ms", "p90 ms", "p99 ms", "throughput seq/s (32×128)", "dev stream sent/s (real lengths)",
             "speedup vs teacher", "peak RSS MiB"]
     if target == "gpu":
@@ -157,7 +158,7 @@ def _table(comp: dict, target: str) -> str:
                  f"<td>{_fmt(x['num_params'])}</td>",
                  f"<td>{'n/a (random weights)' if x['reference'] else _pct_ci(x, metric)}</td>",
                  f"<td>{'–' if x['score_delta_pts'] is None else format(x['score_delta_pts'], '+.2f')}</td>",
-                 *([f"<td>{_pct_ci(x, 'f1')}</td>"] if f1 else []),
+                 *[f"<td>{_pct_ci(x, m)}</td>" for m in extra],
                  f"<td>{_fmt(x['latency_ms_p50'])}</td>", f"<td>{_fmt(x['latency_ms_p90'])}</td>",
                  f"<td>{_fmt(x['latency_ms_p99'])}</td>", f"<td>{_fmt(x['throughput_seq_per_s'], 1)}</td>",
                  f"<td>{_fmt(x['dev_stream_seq_per_s'], 1)}</td>",

@@ -264,7 +264,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     intervals = task_ci95(task, enc, predictions) if len(enc) else {}
     tagging = {}
     if enc.token_level:
-        m = entity_metrics_of(enc, predictions)
+        m = entity_metrics_of(enc, predictions, task.labels)
         tagging = {"token_accuracy": round(m["token_accuracy"], 6),
                    "f1_per_type": {k: round(v, 6) for k, v in m["f1_per_type"].items()}}
     agreement = None
@@ -290,7 +290,8 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     rec = Record(
         artifact=artifact.name, target=target, status="ok", reason=None,
         backend=runner.backend, format=artifact.format, precision=artifact.precision,
-        task=prepared.task.name, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"), **intervals, **tagging,
+        task=prepared.task.name, primary_metric=task.primary_metric, accuracy=metrics.get("accuracy"),
+        f1=metrics.get("f1"), macro_f1=metrics.get("macro_f1"), metrics=dict(metrics), **intervals, **tagging,
         eval_rows=len(enc), parent=artifact.parent, agreement_with_parent=agreement,
         size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
         num_params=int(runner.num_params),

@@ -38,7 +38,7 @@ class ModelError(UserError):
     """A model spec cannot be resolved or a checkpoint is unsafe or malformed."""
 
 
-# The head a task's kind needs (compress.data.Task.kind): a label per row from the pooled
+# The head a task's kind needs (compress.tasks.Task.head): a label per row from the pooled
 # [CLS] vector, or a tag per token from every position's hidden state.
 HEADS = {"sequence": BertForSequenceClassification, "token": BertForTokenClassification}
 
@@ -155,16 +155,18 @@ def load_tokenizer(src: str | Path, revision: str | None = None) -> PreTrainedTo
 
 
 def save_classifier(model, tokenizer, out_dir: str | Path, label_names: list[str] | None = None,
-                    task: str | None = None) -> None:
+                    task=None) -> None:
     """Save config, safetensors weights and tokenizer atomically into out_dir.
 
-    task: the task the model is fine-tuned on (a name in compress.data.TASKS), recorded
-    as the config's `finetuning_task` so that every artifact derived from this directory
+    task: the compress.tasks.Task the model is fine-tuned on, recorded in config.json
+    (`finetuning_task` its name, `task_kind`, `task_labels` the labels as the data writes
+    them; `id2label` the label names) so that every artifact derived from this directory
     knows its task (`compress.predict.task_of`)."""
     if task is not None:
-        from .data import get_task
-
-        model.config.finetuning_task = get_task(task).name  # refuses an unknown name before writing
+        model.config.finetuning_task = task.name
+        model.config.task_kind = task.kind
+        model.config.task_labels = list(task.labels)
+        label_names = label_names or list(task.label_names)
     if label_names:
         model.config.id2label = {i: n for i, n in enumerate(label_names)}
         model.config.label2id = {n: i for i, n in enumerate(label_names)}
@@ -179,7 +181,7 @@ def save_trained(model, tokenizer, out_dir: str | Path, task) -> None:
     from . import distributed
 
     if distributed.is_main():
-        save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task.name)
+        save_classifier(model, tokenizer, out_dir, list(task.label_names), task=task)
 
 
 def load_saved(path: str | Path):

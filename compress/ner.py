@@ -1,9 +1,11 @@
-"""Named-entity recognition data and metric (CoNLL-2003): the reader, word-to-subword
-alignment and entity-level F1.
+"""Entity spans and entity-level F1 over BIO tags of any entity types, word-to-subword
+alignment, and entities in raw text.
 
-Files hold one `token TAG` pair per line (one space), a blank line between sentences, BIO
-tags over PER, ORG, LOC and MISC. An I- tag with no B- before it opens an entity (the
-CoNLL-2003 files have such spans); `-DOCSTART-` lines are document markers, skipped.
+Tags are `O` or `<prefix>-<type>` with prefix `B` or `I`: IOB2 (every entity opens with
+B-) and IOB1 (an I- after O opens an entity; B- only splits two adjacent entities of one
+type) are both read. Any other scheme (BIOES/IOBES, BILOU, bare types) is refused by
+`check_tags`, naming the scheme it saw. A task's tag set is its label list
+(compress.tasks.Task.labels), read from the training split.
 
 Entities are scored as conlleval does: a predicted entity counts only when its type and
 its exact word span match a gold one (micro precision, recall and F1 over all entities,
@@ -13,66 +15,65 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
-from .errors import UserError
+from .errors import DataError
 
-ENTITY_TYPES = ("PER", "ORG", "LOC", "MISC")
-TAGS = ("O", *(f"{p}-{t}" for t in ENTITY_TYPES for p in ("B", "I")))  # class id = index
-TAG_ID = {t: i for i, t in enumerate(TAGS)}
 IGNORE = -100  # label of subword pieces after a word's first, and of special tokens
-
-
-class NerDataError(UserError):
-    """A CoNLL file is missing or malformed; the message names the file and line."""
+OUTSIDE = "O"
 
 
 @dataclass(frozen=True)
 class Sentence:
     words: tuple[str, ...]
-    tags: tuple[int, ...]  # TAGS ids, one per word
+    tags: tuple[int, ...]  # class ids (index into the task's tag list), one per word
 
 
-def read_conll(path: str | Path) -> Iterator[Sentence]:
-    """Stream sentences from a `token TAG` file, validating every line (bounded memory)."""
-    path = Path(path)
-    if not path.is_file():
-        raise NerDataError(f"{path}: file not found. A CoNLL-format directory holds train.txt and dev.txt "
-                           "(`token TAG` per line, a blank line between sentences)")
-    words: list[str] = []
-    tags: list[int] = []
-    with open(path, encoding="utf-8-sig") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                if words:
-                    yield Sentence(tuple(words), tuple(tags))
-                    words, tags = [], []
-                continue
-            fields = line.split(" ")
-            if fields[0] == "-DOCSTART-":
-                continue
-            if len(fields) != 2 or not all(fields):
-                raise NerDataError(f"{path}:{lineno}: expected 'token TAG' (two fields separated by one "
-                                   f"space), got {len(fields)} field(s): {line[:80]!r}")
-            if fields[1] not in TAG_ID:
-                raise NerDataError(f"{path}:{lineno}: unknown tag {fields[1]!r}; tags are {', '.join(TAGS)}")
-            words.append(fields[0])
-            tags.append(TAG_ID[fields[1]])
-    if words:
-        yield Sentence(tuple(words), tuple(tags))
+def entity_types(tag_names: Sequence[str]) -> tuple[str, ...]:
+    """The entity types of a tag set, sorted."""
+    return tuple(sorted({t.partition("-")[2] for t in tag_names if t != OUTSIDE}))
 
 
-def entities(tags: Sequence[str | int]) -> set[tuple[str, int, int]]:
-    """(type, first word, last word + 1) of every entity in a BIO sequence, conlleval's way:
-    an entity starts at B-X, or at I-X after O or after another type; it ends before O,
-    B-, or an I- of another type."""
+def default_tag_order(types: Iterable[str]) -> list[str]:
+    """O, then B-X, I-X for each entity type X in sorted order."""
+    return [OUTSIDE, *(f"{p}-{t}" for t in sorted(set(types)) for p in ("B", "I"))]
+
+
+def check_tags(tags: Iterable[str], where: str) -> None:
+    """Refuse tags outside the IOB schemes, naming the scheme they look like."""
+    bad = sorted({t for t in tags if t != OUTSIDE and (t[:2] not in ("B-", "I-") or len(t) < 3)})
+    if not bad:
+        return
+    prefixes = {t.partition("-")[0] for t in bad if "-" in t}
+    if prefixes & {"E", "S"}:
+        seen = "BIOES/IOBES (E-, S- prefixes)"
+    elif prefixes & {"L", "U"}:
+        seen = "BILOU (L-, U- prefixes)"
+    else:
+        seen = "tags without a B-/I- prefix"
+    raise DataError(f"{where}: tags {bad[:6]} look like {seen}; the pipeline reads IOB1 or IOB2 tags "
+                    "(O, B-<type>, I-<type>): convert the file (S-X -> B-X, E-X -> I-X)")
+
+
+def tag_scheme(sentences_tags: Iterable[Sequence[str]]) -> str:
+    """IOB2 when every entity opens with B-, else IOB1."""
+    for tags in sentences_tags:
+        prev = OUTSIDE
+        for t in tags:
+            if t.startswith("I-") and (prev == OUTSIDE or prev.partition("-")[2] != t[2:]):
+                return "IOB1"
+            prev = t
+    return "IOB2"
+
+
+def entities(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """(type, first word, last word + 1) of every entity in a BIO sequence of tag names,
+    conlleval's way: an entity starts at B-X, or at I-X after O or after another type; it
+    ends before O, B-, or an I- of another type."""
     out, start, kind = set(), None, None
-    names = [TAGS[t] if isinstance(t, int) else t for t in tags]
-    for i, tag in enumerate([*names, "O"]):
+    for i, tag in enumerate([*tags, OUTSIDE]):
         prefix, _, typ = tag.partition("-")
-        ends = kind is not None and (prefix in ("O", "B") or typ != kind)
+        ends = kind is not None and (prefix in (OUTSIDE, "B") or typ != kind)
         if ends:
             out.add((kind, start, i))
             start, kind = None, None
@@ -81,21 +82,27 @@ def entities(tags: Sequence[str | int]) -> set[tuple[str, int, int]]:
     return out
 
 
-def entity_metrics(gold: Iterable[Sequence[int]], pred: Iterable[Sequence[int]]) -> dict:
+def _names(ids: Sequence[int], tag_names: Sequence[str], length: int) -> list[str]:
+    """Tag names of `ids`, padded with O to `length` (words cut by truncation count as O)."""
+    return [tag_names[t] for t in ids] + [OUTSIDE] * (length - len(ids))
+
+
+def entity_metrics(gold: Iterable[Sequence[int]], pred: Iterable[Sequence[int]], tag_names: Sequence[str]) -> dict:
     """Micro entity F1 (exact span and type), precision, recall, F1 per type and token
-    accuracy over sentences of TAGS ids (pred may be shorter: truncated words count as O)."""
+    accuracy over sentences of tag ids into `tag_names` (pred may be shorter: truncated
+    words count as O)."""
     tp, n_gold, n_pred = Counter(), Counter(), Counter()
     right = total = 0
     for g, p in zip(gold, pred, strict=True):
-        p = list(p) + [TAG_ID["O"]] * (len(g) - len(p))
-        ge, pe = entities(g), entities(p)
+        gn, pn = _names(g, tag_names, len(g)), _names(p, tag_names, len(g))
+        ge, pe = entities(gn), entities(pn)
         for kind, *_ in ge:
             n_gold[kind] += 1
         for kind, *_ in pe:
             n_pred[kind] += 1
         for kind, *_ in ge & pe:
             tp[kind] += 1
-        right += sum(a == b for a, b in zip(g, p))
+        right += sum(a == b for a, b in zip(gn, pn))
         total += len(g)
 
     def prf(t, ng, np_):
@@ -105,19 +112,26 @@ def entity_metrics(gold: Iterable[Sequence[int]], pred: Iterable[Sequence[int]])
 
     prec, rec, f1 = prf(sum(tp.values()), sum(n_gold.values()), sum(n_pred.values()))
     return {"f1": f1, "precision": prec, "recall": rec,
-            "f1_per_type": {k: prf(tp[k], n_gold[k], n_pred[k])[2] for k in ENTITY_TYPES},
+            "f1_per_type": {k: prf(tp[k], n_gold[k], n_pred[k])[2] for k in entity_types(tag_names)},
             "token_accuracy": right / total if total else 0.0, "entities": sum(n_gold.values())}
 
 
-def card_counts(sentences: Iterable[Sentence]) -> dict:
+def entity_counts(gold: Sequence[int], pred: Sequence[int], tag_names: Sequence[str]) -> tuple[int, int, int]:
+    """(true positive, gold, predicted) entities of one sentence (pred may be shorter)."""
+    ge = entities(_names(gold, tag_names, len(gold)))
+    pe = entities(_names(pred, tag_names, len(gold)))
+    return len(ge & pe), len(ge), len(pe)
+
+
+def card_counts(sentences: Iterable[Sentence], tag_names: Sequence[str]) -> dict:
     """Data card figures of a split: sentences, tokens, entities per type."""
     n_sent = n_tok = 0
     per_type: Counter = Counter()
     for s in sentences:
         n_sent += 1
         n_tok += len(s.words)
-        per_type.update(kind for kind, *_ in entities(s.tags))
-    return {"sentences": n_sent, "tokens": n_tok, "entities": {k: per_type[k] for k in ENTITY_TYPES}}
+        per_type.update(kind for kind, *_ in entities([tag_names[t] for t in s.tags]))
+    return {"sentences": n_sent, "tokens": n_tok, "entities": {k: per_type[k] for k in entity_types(tag_names)}}
 
 
 @dataclass
@@ -158,8 +172,9 @@ def words_with_spans(tokenizer, text: str) -> list[tuple[str, int, int]]:
     return [(w, a, b) for w, (a, b) in pre]
 
 
-def entities_in_text(text: str, words: list[tuple[str, int, int]], word_tags: Sequence[int]) -> list[dict]:
-    """Entities predicted over `words` (from words_with_spans) as character spans of text."""
+def entities_in_text(text: str, words: list[tuple[str, int, int]], word_tags: Sequence[str]) -> list[dict]:
+    """Entities predicted over `words` (from words_with_spans; one tag name per word) as
+    character spans of text."""
     out = []
     for kind, first, last in sorted(entities(word_tags), key=lambda e: e[1]):
         start, end = words[first][1], words[last - 1][2]

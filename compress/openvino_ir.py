@@ -298,7 +298,9 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     items = [collate(enc, [j]) for j in range(len(enc))]
     calibration = items[: len(calib)]
     if enc.token_level:
-        validation = [{"inputs": items[k], "tags": enc.batch_labels([k], items[k]["input_ids"].shape[1])}
+        tag_names = Prepared.open(prepared_root).task.labels
+        validation = [{"inputs": items[k], "tags": enc.batch_labels([k], items[k]["input_ids"].shape[1]),
+                       "tag_names": tag_names}
                       for k in range(len(calib), len(calib) + len(val))]
     else:
         validation = [{"inputs": items[len(calib) + j], "label": int(enc.labels[len(calib) + j])}
@@ -321,7 +323,7 @@ def validate(compiled, items) -> tuple[float, list[float]]:
 
     names = [i.any_name for i in compiled.inputs]
     request = compiled.create_infer_request()
-    correct, gold, pred = [], [], []
+    correct, gold, pred, tag_names = [], [], [], None
     for item in items:
         logits = request.infer(_feed(names, item["inputs"]))[compiled.output(0)]
         if "tags" in item:  # (1, seq, tags): the scored pieces only
@@ -330,10 +332,11 @@ def validate(compiled, items) -> tuple[float, list[float]]:
             gold.append(g.tolist())
             pred.append(p.tolist())
             correct.append(float((g == p).mean()) if len(g) else 1.0)
+            tag_names = item["tag_names"]
             continue
         correct.append(float(int(np.argmax(logits[0])) == item["label"]))
     if gold:
-        return float(entity_metrics(gold, pred)["f1"]), correct
+        return float(entity_metrics(gold, pred, tag_names)["f1"]), correct
     return (float(np.mean(correct)) if correct else 0.0), correct
 
 

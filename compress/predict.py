@@ -6,8 +6,8 @@ The production artifact (`models/production/`, written by the `select` stage) ca
 so a swapped or corrupted file is refused rather than run.
 
 Every artifact knows its task (`task_of`): artifact.json records it for a promoted
-artifact, config.json's `finetuning_task` for any directory a stage wrote (derived
-formats keep their parent's config.json), and label names identify older ones.
+artifact, config.json (`finetuning_task`, `task_kind`, `task_labels`, `id2label`) for
+any directory a stage wrote (derived formats keep their parent's config.json).
 """
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import json
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .data import TASKS, Example, get_task
+from .data import Example
+from .tasks.base import Task
 from .errors import UserError
 from .select import file_hashes
 from .stream import Loaded, predict_stream, tag_texts  # noqa: F401  (the public API of predict)
@@ -71,10 +72,6 @@ def artifact_at(path: Path, name: str | None = None):
     return Artifact(name or path.name, path)
 
 
-def _task_key(name) -> str:
-    return str(name).lower().replace("-", "").replace("_", "")  # "SST-2" (some Hub configs) is sst2
-
-
 def _read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -85,73 +82,69 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def detect_task(path: str | Path) -> tuple[str, str] | None:
-    """(task name, where it was read) for an artifact directory, or None when nothing in
-    it names a task. Looked up in order:
+def detect_task(path: str | Path) -> tuple[Task, str] | None:
+    """(task, where it was read) for an artifact directory, or None when nothing in it
+    describes a task. Looked up in order:
 
-    1. `artifact.json` "task": a promoted artifact's record;
-    2. config.json `finetuning_task`, when it names a known task (written by
+    1. `artifact.json` "task": a promoted artifact's record (name, kind, labels);
+    2. config.json `finetuning_task`, `task_kind` and `task_labels` (written by
        `models.save_classifier(..., task=)` and carried into every derived artifact:
-       ONNX, ONNX Runtime INT8, OpenVINO, torchao, INC, TensorRT copy or re-save it);
-    3. config.json id2label, when its names (in class order, case aside) are exactly one
-       task's label_names: artifacts saved before the task was recorded."""
+       ONNX, ONNX Runtime INT8, OpenVINO, torchao, INC, TensorRT copy or re-save it),
+       `id2label` giving the label names."""
     path = Path(path)
-    keys = {_task_key(t): t for t in TASKS}
     if (path / "artifact.json").is_file():
         recorded = _read_json(path / "artifact.json").get("task")
-        if recorded is not None:
-            if _task_key(recorded) not in keys:
-                raise UserError(f"{path / 'artifact.json'}: unknown task '{recorded}' (known: {', '.join(TASKS)})")
-            return keys[_task_key(recorded)], "artifact.json"
+        if isinstance(recorded, dict):
+            return Task.from_dict(recorded, str(path / "artifact.json")), "artifact.json"
     if not (path / "config.json").is_file():
         return None
     cfg = _read_json(path / "config.json")
-    finetuned = cfg.get("finetuning_task")
-    if finetuned is not None and _task_key(finetuned) in keys:
-        return keys[_task_key(finetuned)], "config.json finetuning_task"
     id2label = cfg.get("id2label") or {}
+    if not cfg.get("task_kind") or not cfg.get("task_labels"):
+        if not id2label:
+            return None
+        # a model this project did not train (or an older one): its head says the kind,
+        # id2label the labels; a pair model cannot be told from a single-text one here
+        arch = (cfg.get("architectures") or [""])[0]
+        cfg = {**cfg, "task_kind": "token_classification" if arch.endswith("ForTokenClassification")
+               else "classification", "task_labels": [id2label[str(i)] for i in range(len(id2label))]}
+    labels = [str(x) for x in cfg["task_labels"]]
     try:
-        names = tuple(str(id2label[str(i)]).lower() for i in range(len(id2label)))
-    except KeyError:  # ids not 0..n-1: matches no task
-        return None
-    matches = [t.name for t in TASKS.values() if names == tuple(n.lower() for n in t.label_names)]
-    if len(matches) == 1:
-        return matches[0], "config.json label names"
-    return None
+        names = [str(id2label[str(i)]) for i in range(len(labels))] if id2label else labels
+    except KeyError:
+        raise UserError(f"{path / 'config.json'}: id2label does not map class ids 0..{len(labels) - 1}") from None
+    where = str(path / "config.json")
+    task = Task.from_dict({"name": cfg.get("finetuning_task") or path.name, "kind": cfg["task_kind"],
+                           "labels": labels, "label_names": names}, where)
+    return task, "config.json"
 
 
-def task_of(path: str | Path) -> str:
+def task_of(path: str | Path) -> Task:
     """The task of any artifact directory (see detect_task for where it is read); a
     UserError naming the directory when it records none."""
     found = detect_task(path)
     if found is None:
         raise UserError(f"{path}: the artifact does not record its task (no task in artifact.json, no "
-                        f"known finetuning_task in config.json, label names match no task); pass --task "
-                        f"({' or '.join(TASKS)})")
+                        "task_kind/task_labels or id2label in config.json): rebuild it with this version's stages")
     return found[0]
 
 
-def resolve_task(path: str | Path, task: str | None = None) -> str:
-    """The task to run an artifact with: `task` when given (checked against the task the
-    artifact records, if any), else the artifact's own task.
+def resolve_task(path: str | Path, task: str | None = None) -> Task:
+    """The artifact's own task; `task`, when given, must be its name.
 
-    An explicit task that contradicts the recorded one is refused: the model would be
-    fed another task's columns and its scores would be meaningless, with no sign of it."""
-    if task is None:
-        return task_of(path)
-    name = get_task(task).name
-    found = detect_task(path)
-    if found is not None and found[0] != name:
-        raise UserError(f"{path}: --task {name} contradicts the artifact's task '{found[0]}' ({found[1]}); "
-                        f"the model would be fed {name} inputs it was not trained on. Omit --task to use "
-                        f"'{found[0]}', or choose an artifact trained on {name}")
-    return name
+    A name that contradicts the recorded one is refused: the model would be fed another
+    task's inputs and its scores would be meaningless, with no sign of it."""
+    found = task_of(path)
+    if task is not None and task != found.name:
+        raise UserError(f"{path}: --task {task} contradicts the artifact's task '{found.name}' "
+                        f"({found.kind}, labels {', '.join(found.label_names[:8])}"
+                        f"{', ...' if found.num_labels > 8 else ''}); omit --task to use it, or choose an "
+                        f"artifact trained on {task}")
+    return found
 
 
 def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: str = "cpu",
          threads: int = 2) -> Loaded:
-    from transformers import AutoConfig
-
     from .runners import load_runner, skip_reason
 
     path = Path(path)
@@ -159,7 +152,7 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
         raise UserError(f"{path}: no such artifact directory (the production artifact is written by "
                         "`dvc repro select`)")
     meta = verify(path)
-    task_name = resolve_task(path, task)  # before any weights are loaded: a wrong task stops here
+    found = resolve_task(path, task)  # before any weights are loaded: a wrong task stops here
     art = artifact_at(path)
     if meta:  # the promoted record knows what it is; the files alone may not
         from .runners import Artifact
@@ -169,10 +162,7 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
     if reason:
         raise UserError(f"{path} cannot run on {target}: {reason}")
     runner = load_runner(art, target, threads)
-    cfg = AutoConfig.from_pretrained(path)
-    names = [cfg.id2label[i] for i in range(cfg.num_labels)] if cfg.id2label else \
-        list(get_task(task_name).label_names)
-    return Loaded(runner, get_task(task_name), names, meta)
+    return Loaded(runner, found, list(found.label_names), meta)
 
 
 def parse_lines(lines: Iterable[bytes | str], pair: bool, source: str) -> Iterator[Example]:
@@ -201,21 +191,23 @@ def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_l
     return list(predict_stream(loaded, examples, batch_size, max_length, progress, total=len(examples)))
 
 
-def evaluate(loaded: Loaded, source: str, split: str = "dev", batch_size: int = 64, max_length: int = 128) -> dict:
-    """Metrics of the artifact on a split of a GLUE-format or CoNLL-format directory
-    (validated like the pipeline's data): accuracy (F1) of rows, or entity F1, precision,
-    recall, word tag accuracy and F1 per entity type."""
+def evaluate(loaded: Loaded, cfg, split: str = "dev", batch_size: int = 64, max_length: int = 128) -> dict:
+    """Metrics of the artifact on a split of the source `cfg` (a compress.data.PrepareConfig)
+    describes, validated like the pipeline's data with the artifact's own labels (a label
+    the model does not know is an error naming file and line): the task's metrics, and for
+    a tagger entities and F1 per entity type."""
     from .data import read_split
     from .metrics import entity_metrics_of, task_metrics
     from .tokens import encode, eval_batches, position_logits
 
-    examples = list(read_split(source, split, loaded.task))
+    examples = list(read_split(cfg, split, loaded.task))
     if not examples:
-        raise UserError(f"{source}: split '{split}' has no rows")
+        raise UserError(f"{cfg.source}: split '{split}' has no rows")
     enc = encode(loaded.runner.tokenizer, examples, max_length)
     logits = position_logits(enc, eval_batches(enc.lengths(), batch_size), loaded.runner, loaded.runner.num_labels)
-    out = {"rows": len(enc), "source": source, "split": split, **task_metrics(loaded.task, enc, logits)}
+    out = {"rows": len(enc), "source": cfg.source, "split": split, "task": loaded.task.name,
+           **task_metrics(loaded.task, enc, logits)}
     if enc.token_level:
-        m = entity_metrics_of(enc, logits.argmax(-1))
+        m = entity_metrics_of(enc, logits.argmax(-1), loaded.task.labels)
         out.update(entities=m["entities"], f1_per_type={k: round(v, 6) for k, v in m["f1_per_type"].items()})
     return out

@@ -27,7 +27,7 @@ from .metrics import task_metrics
 from .models import count_parameters, load_saved, save_trained
 from .errors import UserError
 from .tokens import Encoded, collate, encode, length_grouped_batches
-from .train import FinetuneConfig, finetune, predict_logits, seed_everything, to_torch, write_one_evaluation
+from .train import RecoveryConfig, finetune, predict_logits, seed_everything, to_torch, write_one_evaluation
 
 
 class PruneSpecError(UserError):
@@ -36,16 +36,16 @@ class PruneSpecError(UserError):
 
 @dataclass(frozen=True)
 class PruneConfig:
-    head_fraction: float = 0.33  # global fraction of heads to remove (ignored if `heads` given)
+    head_fraction: float = 0.34  # global fraction of heads to remove (ignored if `heads` given)
     heads: dict[int, list[int]] | None = None  # explicit {layer: [head, ...]} to remove
     allow_empty_layers: bool = False  # a layer may lose all its heads only when this is true
     ffn_keep_fraction: float = 1.0  # 1.0: FFN untouched; 0.5: keep half the neurons per layer
-    importance_rows: int = 2048  # training rows used to score heads and neurons
+    importance_rows: int = 8192  # training rows used to score heads and neurons
     importance_batch_size: int = 32
     seed: int = 0
-    recover: bool = True  # short distillation from the teacher after pruning
-    freeze_word_embeddings: bool = False  # as in distill: keep the word-embedding table fixed in recovery
-    recovery: FinetuneConfig = field(default_factory=lambda: FinetuneConfig(epochs=1.0))
+    recover: bool = False  # short distillation from the teacher after pruning
+    freeze_word_embeddings: bool = True  # as in distill: keep the word-embedding table fixed in recovery
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     loss: DistillLossConfig = field(default_factory=DistillLossConfig)
 
     def __post_init__(self):

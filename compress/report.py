@@ -2,7 +2,7 @@
 
 A stage report (``reports/<stage>.json``) is::
 
-    {"schema_version": 1, "stage": str,
+    {"schema_version": 2, "stage": str,
      "summary": {artifact: {target: {headline numbers}}},
      "records": [Record...], "environment": {...},
      "details": {...stage specific: training summary, data card...}}
@@ -24,8 +24,14 @@ bootstrap interval of the metric over the dev rows (fractions, like the metric; 
 `compress.metrics`), set for every metric the task reports (F1: pair tasks only).
 ``reports/comparison.json`` holds the records of all stages in the same shape.
 
+``metrics`` maps every metric the task reports to its value (accuracy and macro-F1 of a
+classifier, F1 of a binary pair task, a tagger's entity F1, precision, recall and word tag
+accuracy); ``primary_metric`` names the one the task is ranked by. The flat ``accuracy``,
+``f1`` and ``macro_f1`` fields repeat it for `dvc metrics` and the tables.
+
 ``schema_version`` changes only when a field is removed or changes meaning: a new field
-defaults to None, so reports written before it existed still load.
+defaults to None, so reports written before it existed still load. Version 1 reports
+(before ``metrics``) are read and upgraded: their mapping is built from the flat fields.
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ from pathlib import Path
 from .io import atomic_write_json, atomic_write_text
 from .metrics import METRICS
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 HEADLINE_LATENCY = (1, 128)  # (batch, seq) of the latency_ms_* fields
 HEADLINE_THROUGHPUT = (32, 128)  # (batch, seq) of throughput_seq_per_s
 STATUSES = ("ok", "skipped", "failed")
@@ -72,7 +78,10 @@ class Record:
     precision: str | None = None
     task: str | None = None
     accuracy: float | None = None
-    f1: float | None = None  # of the positive class (MRPC); entity micro F1 (exact span and type) for tagging
+    f1: float | None = None  # of the second class (binary pair tasks); entity micro F1 (exact span and type) for tagging
+    macro_f1: float | None = None  # mean F1 over the classes (classification)
+    primary_metric: str | None = None  # the field the task is ranked by (accuracy; f1 for a tagger)
+    metrics: dict[str, float] | None = None  # every metric the task reports: name -> value
     token_accuracy: float | None = None  # tagging: share of words tagged right
     f1_per_type: dict[str, float] | None = None  # tagging: entity F1 of each type
     # 95% bootstrap interval over the dev rows (compress.metrics.bootstrap_ci), fractions
@@ -80,6 +89,8 @@ class Record:
     accuracy_ci95_high: float | None = None
     f1_ci95_low: float | None = None
     f1_ci95_high: float | None = None
+    macro_f1_ci95_low: float | None = None
+    macro_f1_ci95_high: float | None = None
     eval_rows: int | None = None
     parent: str | None = None  # the artifact this one was derived from
     agreement_with_parent: float | None = None  # share of dev predictions (rows; words when tagging) equal to the parent's (CPU)
@@ -140,7 +151,7 @@ class Record:
         return cls(**{**d, "points": points})
 
 
-SUMMARY_FIELDS = ("status", "accuracy", "f1", *CI_FIELDS, "agreement_with_parent", "latency_ms_p50", "latency_ms_p99",
+SUMMARY_FIELDS = ("status", "accuracy", "f1", "macro_f1", *CI_FIELDS, "agreement_with_parent", "latency_ms_p50", "latency_ms_p99",
                   "throughput_seq_per_s", "dev_stream_seq_per_s",
                   "size_mb", "num_params", "peak_mem_mb", "peak_gpu_mem_mb")
 
@@ -163,8 +174,15 @@ def make_report(stage: str, records: list[dict], environment: dict, details: dic
 def read_report(path: str | Path) -> dict:
     path = Path(path)
     report = json.loads(path.read_text(encoding="utf-8"))
-    if report.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version {report.get('schema_version')} is not {SCHEMA_VERSION}")
+    version = report.get("schema_version")
+    if version == 1:  # before the metrics mapping: built from the flat fields
+        for r in report["records"]:
+            flat = {m: r[m] for m in ("accuracy", "f1", "token_accuracy") if r.get(m) is not None}
+            r.setdefault("metrics", flat or None)
+        report["schema_version"] = version = SCHEMA_VERSION
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version {version} is not one this version reads (1 or {SCHEMA_VERSION}); "
+                         "it was written by a newer version of the project: re-run the stage that wrote it")
     for r in report["records"]:
         Record.from_dict(r)
     return report
@@ -204,15 +222,16 @@ def _pct_ci(r: dict, metric: str) -> str:
     return f"{100 * v:.2f}% [{100 * low:.1f}–{100 * high:.1f}]"
 
 
-def primary_metric(records: list[dict]) -> tuple[str, str]:
-    """(metric, label) that records of this task are ranked by: accuracy for the GLUE
-    classifiers, entity F1 for a tagger (compress.data.Task.primary_metric)."""
-    from .data import TASKS
+METRIC_LABELS = {"accuracy": "accuracy", "f1": "F1", "macro_f1": "macro-F1"}
 
-    task = next((TASKS.get(r.get("task")) for r in records if r.get("task") in TASKS), None)
-    if task is None or task.primary_metric == "accuracy":
-        return "accuracy", "accuracy"
-    return task.primary_metric, ("entity F1" if task.token_level else "F1")
+
+def primary_metric(records: list[dict]) -> tuple[str, str]:
+    """(metric, label) that records of this task are ranked by, as the records say
+    (`primary_metric`, set from compress.tasks.Task.primary_metric); entity F1 for a
+    tagger (its records carry token_accuracy). Accuracy when no record says."""
+    tagger = any(r.get("token_accuracy") is not None for r in records)
+    metric = next((r["primary_metric"] for r in records if r.get("primary_metric")), "f1" if tagger else "accuracy")
+    return metric, ("entity F1" if tagger and metric == "f1" else METRIC_LABELS.get(metric, metric))
 
 
 def has_metric(records: list[dict], metric: str) -> bool:
@@ -240,9 +259,10 @@ def metric_header(records: list[dict], metric: str, label: str) -> str:
 
 def records_table(records: list[dict]) -> str:
     metric, label = primary_metric(records)  # accuracy, or entity F1 for a tagger
-    f1 = metric != "f1" and has_metric(records, "f1")  # single-sentence tasks get no empty F1 column
+    # the task's other metrics beside it: F1 (binary pair tasks) or macro-F1; no empty columns
+    extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(records, m)]
     head = ("| artifact | target | status | format | precision | " + metric_header(records, metric, label)
-            + (" | " + metric_header(records, "f1", "F1") if f1 else "") + " | agreement with parent "
+            + "".join(" | " + metric_header(records, m, METRIC_LABELS[m]) for m in extra) + " | agreement with parent "
             "| p50 ms (1×128) "
             "| p99 ms (1×128) | throughput seq/s (32×128) | dev stream sent/s | size MiB | params | peak RSS MiB "
             "| peak GPU MiB |")
@@ -251,7 +271,7 @@ def records_table(records: list[dict]) -> str:
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
         lines.append("| " + " | ".join([
             r["artifact"], r["target"], status, _fmt(r.get("format")), _fmt(r.get("precision")),
-            _pct_ci(r, metric), *([_pct_ci(r, "f1")] if f1 else []),
+            _pct_ci(r, metric), *[_pct_ci(r, m) for m in extra],
             (f"{_pct(r['agreement_with_parent'])} vs {r['parent']}" if r.get("agreement_with_parent") is not None
              else "–"),
             _fmt(r.get("latency_ms_p50")), _fmt(r.get("latency_ms_p99")),

@@ -42,7 +42,9 @@ from .runners import artifact_dir
 
 TEACHER = "teacher"
 TARGETS = ("cpu", "gpu")
-FLOOR_METRICS = {"accuracy": "accuracy", "f1": "F1"}  # metric -> how reasons name it
+# metric -> how reasons name it: any metric a task reports (a record's `metrics` mapping)
+FLOOR_METRICS = {"accuracy": "accuracy", "f1": "F1", "macro_f1": "macro-F1", "precision": "precision",
+                 "recall": "recall", "token_accuracy": "word tag accuracy"}
 FLOOR_AT = ("point", "lower_bound")
 # rank_by -> (record field, True when higher is better, how the reason names it)
 RANKINGS = {
@@ -56,11 +58,11 @@ class SelectPolicy:
     target: str = "cpu"
     accuracy_floor_vs_teacher: float = 0.985  # metric / teacher's metric on the same target
     # the floor applies to each of these the teacher's record has (F1: pair tasks only)
-    floor_metrics: list[str] = field(default_factory=lambda: ["accuracy", "f1"])
+    floor_metrics: list[str] = field(default_factory=lambda: ["accuracy", "f1", "macro_f1"])
     floor_at: str = "point"  # point: the measured value | lower_bound: its 95% interval's low end
     max_latency_ms: float | None = None  # p50 at batch 1, seq 128
     max_size_mb: float | None = None  # weight files on disk
-    exclude: list[str] = field(default_factory=list)  # artifact names never chosen (e.g. the control)
+    exclude: list[str] = field(default_factory=lambda: ["student_control"])  # artifact names never chosen (e.g. the control)
     rank_by: str = "p50_1x128"  # p50_1x128 (lowest wins) | dev_stream_throughput (highest wins)
 
     def __post_init__(self):
@@ -110,7 +112,8 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
     key, higher_better, label = RANKINGS[policy.rank_by]
     survivors.sort(key=lambda r: (-r[key] if higher_better else r[key], r["size_mb"] or 0, r["artifact"]))
     out = {"policy": asdict(policy), "teacher_accuracy": teacher_acc,
-           "teacher_f1": teacher.get("f1") if teacher else None, "candidates": len(records),
+           "teacher_f1": teacher.get("f1") if teacher else None,
+           "teacher_macro_f1": teacher.get("macro_f1") if teacher else None, "candidates": len(records),
            "qualified": [r["artifact"] for r in survivors], "rejected": rejected}
     if not survivors:
         rules = sorted({x["rule"] for x in rejected})
@@ -139,16 +142,22 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
     return out
 
 
+def metric_value(r: dict, metric: str) -> float | None:
+    """A record's value of `metric`: its flat field, else its `metrics` mapping."""
+    v = r.get(metric)
+    return v if v is not None else (r.get("metrics") or {}).get(metric)
+
+
 def floor_ratios(r: dict, teacher: dict, policy: SelectPolicy) -> dict[str, float | None]:
     """{metric: the artifact's value / the teacher's} for each floor metric the teacher's
     record has; the artifact's value is its point or its interval's low end (floor_at),
     None when the record lacks it."""
     out = {}
     for metric in policy.floor_metrics:
-        t = teacher.get(metric)
+        t = metric_value(teacher, metric)
         if t is None:  # the task does not report it (F1 on a single-sentence task): not checked
             continue
-        v = r.get(metric if policy.floor_at == "point" else f"{metric}_ci95_low")
+        v = metric_value(r, metric) if policy.floor_at == "point" else r.get(f"{metric}_ci95_low")
         out[metric] = None if v is None else (v / t if t else float("inf"))
     return out
 
@@ -215,7 +224,7 @@ def model_card(selection: dict, environment: dict) -> str:
     # the floors the choice was held to: those the teacher has a value for (F1: pair tasks)
     floored = [m for m in p.get("floor_metrics", ["accuracy"]) if selection.get(f"teacher_{m}") is not None]
     kept = " and ".join(f"{FLOOR_METRICS[m]} {r[m] / selection[f'teacher_{m}']:.2%}"
-                        for m in ("accuracy", "f1") if r.get(m) is not None and selection.get(f"teacher_{m}"))
+                        for m in FLOOR_METRICS if r.get(m) is not None and selection.get(f"teacher_{m}"))
     return "\n".join([
         f"# Model card: {r['artifact']}",
         "",
@@ -235,7 +244,8 @@ def model_card(selection: dict, environment: dict) -> str:
         f"- {r['num_params']:,} parameters, {r['size_mb']:.1f} MiB of weights",
         "",
         "## Metrics (task " + str(r.get("task")) + ", dev split)",
-        (f"- accuracy {_pct_ci(r, 'accuracy')}" + (f", F1 {_pct_ci(r, 'f1')}" if r.get("f1") is not None else "")
+        (f"- accuracy {_pct_ci(r, 'accuracy')}" + "".join(f", {FLOOR_METRICS[m]} {_pct_ci(r, m)}" for m in ("f1", "macro_f1")
+                                                          if r.get(m) is not None)
          if r.get("accuracy") is not None else f"- entity F1 {_pct_ci(r, 'f1')}"
          + (f", word tag accuracy {r['token_accuracy']:.2%}" if r.get("token_accuracy") is not None else ""))
         + (f" ({kept} of the teacher's)" if kept else "")

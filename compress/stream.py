@@ -82,7 +82,7 @@ def tag_texts(loaded: Loaded, texts: list[str], batch_size: int, max_length: int
     from its first piece, BIO spans (conlleval rules) as character spans of the text.
     `score`: the smallest probability the model gave to the tags of the entity's words.
     Words cut by max_length are tagged O."""
-    from .ner import Sentence, entities_in_text, words_with_spans
+    from .ner import OUTSIDE, Sentence, entities_in_text, words_with_spans
     from .tokens import encode, eval_batches, position_logits
 
     tok = loaded.runner.tokenizer
@@ -98,7 +98,8 @@ def tag_texts(loaded: Loaded, texts: list[str], batch_size: int, max_length: int
     for row, i in enumerate(keep):
         p = probs[enc.offsets[row]:enc.offsets[row + 1]]
         tags = p.argmax(-1).tolist()
-        found = entities_in_text(texts[i], spans[i], tags + [0] * (len(spans[i]) - len(tags)))
+        names = [loaded.task.labels[t] for t in tags]  # words cut by max_length: O
+        found = entities_in_text(texts[i], spans[i], names + [OUTSIDE] * (len(spans[i]) - len(tags)))
         for e in found:
             first = next(k for k, (_, a, _) in enumerate(spans[i]) if a == e["start"])
             last = next(k for k, (_, _, b) in enumerate(spans[i]) if b == e["end"])

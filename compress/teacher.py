@@ -11,7 +11,7 @@ from .config import check
 from .data import Prepared
 from .models import load_classifier, save_trained
 from .tokens import encode
-from .train import FinetuneConfig, finetune, predict_logits, seed_everything, write_one_evaluation
+from .train import TeacherTrainConfig, finetune, predict_logits, seed_everything, write_one_evaluation
 from .metrics import task_metrics
 
 
@@ -21,7 +21,7 @@ class TeacherConfig:
     revision: str | None = None  # pin a Hub model to a commit or tag
     finetune: bool = True  # false: `model` is already fine-tuned on the task
     max_length: int = 64  # training truncation (SST-2 train phrases: p99 45 tokens)
-    train: FinetuneConfig = field(default_factory=FinetuneConfig)
+    train: TeacherTrainConfig = field(default_factory=TeacherTrainConfig)
 
     def __post_init__(self):
         check(bool(self.model.strip()), "model must name a model (package:, random:, a path or a Hub id)")
@@ -35,7 +35,7 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
     task = prepared.task
     seed_everything(cfg.train.seed)  # the classifier head's init depends on it
     model, tokenizer, source = load_classifier(cfg.model, task.num_labels, cfg.revision, cfg.train.seed,
-                                               kind=task.kind)
+                                               kind=task.head)
     dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
     summary = {"source": source, "config": asdict(cfg)}
     # Curves land in place only when the stage's model does: a killed run leaves neither.

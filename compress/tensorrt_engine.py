@@ -85,7 +85,7 @@ class EngineConfig:
     calibration_batch_size: int = 16
     # max |logit difference| allowed against ONNX Runtime FP32, per precision
     parity_atol: dict[str, float] = field(default_factory=lambda: {"fp16": 0.05, "int8": 0.5})
-    timing_cache: str = "models/trt/timing.cache"  # kernel timings, reused across builds
+    timing_cache: str = ".cache/tensorrt/timing.cache"  # kernel timings, reused across builds
 
     def __post_init__(self):
         check(len(self.precisions) > 0, f"precisions must name at least one of {', '.join(PRECISIONS)}")

@@ -41,6 +41,9 @@ class FinetuneConfig:
     # an epoch at batch 32, so an epoch count tuned on SST-2's 67k rows undertrains them.
     epochs: float | None = 2.0
     max_steps: int | None = None
+    # With epochs: at least this many steps, so a small dataset gets more epochs from the
+    # same defaults (10k rows are 281 steps an epoch at batch 32, 67k rows 2,100)
+    min_steps: int = 0
     batch_size: int = 32
     lr: float = 1e-4
     weight_decay: float = 0.01
@@ -61,6 +64,7 @@ class FinetuneConfig:
               f"epochs={self.epochs}, max_steps={self.max_steps}")
         check(self.epochs is None or self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         check(self.max_steps is None or self.max_steps >= 1, f"max_steps must be >= 1, got {self.max_steps}")
+        check(self.min_steps >= 0, f"min_steps must be >= 0, got {self.min_steps}")
         check(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         check(0 < self.lr < 1, f"lr must be in (0, 1), got {self.lr}")
         check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
@@ -69,6 +73,29 @@ class FinetuneConfig:
         check(self.eval_every_steps >= 0, f"eval_every_steps must be >= 0, got {self.eval_every_steps}")
         check(self.log_every_steps >= 1, f"log_every_steps must be >= 1, got {self.log_every_steps}")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+
+
+@dataclass(frozen=True)
+class TeacherTrainConfig(FinetuneConfig):
+    """`teacher.train`: fine-tuning of the teacher."""
+    min_steps: int = 1500
+
+
+@dataclass(frozen=True)
+class DistillTrainConfig(FinetuneConfig):
+    """`distill.train`: the student's (and its label-only control's) training budget."""
+    epochs: float | None = 3.0
+    min_steps: int = 3000
+    lr: float = 2e-4
+    eval_every_steps: int = 1000
+
+
+@dataclass(frozen=True)
+class RecoveryConfig(FinetuneConfig):
+    """`prune.recovery`: a short, gentle distillation after pruning."""
+    epochs: float | None = 0.5
+    lr: float = 3e-5
+    eval_every_steps: int = 1000
 
 
 LossFn = Callable[[torch.nn.Module, dict, list], torch.Tensor]
@@ -168,7 +195,7 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task, cur
             model, device_ids=[device.index] if device.type == "cuda" else None)
         torch.manual_seed(cfg.seed + rank)  # each rank its own dropout masks
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total = cfg.max_steps or max(1, int(round(steps_per_epoch * cfg.epochs)))
+    total = cfg.max_steps or max(1, cfg.min_steps, int(round(steps_per_epoch * cfg.epochs)))
     no_decay = ("bias", "LayerNorm.weight")
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # frozen ones stay as they are
     groups = [

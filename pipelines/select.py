@@ -49,7 +49,8 @@ def main(params: dict) -> None:
     sel["summary"] = {"chosen": sel["chosen"], "accuracy": rec.get("accuracy"),
                       # the intervals and F1 where the task has them (dvc metrics read numbers, not nulls)
                       **{k: rec[k] for k in ("accuracy_ci95_low", "accuracy_ci95_high", "f1", "f1_ci95_low",
-                                             "f1_ci95_high") if rec.get(k) is not None},
+                                             "f1_ci95_high", "macro_f1", "macro_f1_ci95_low",
+                                             "macro_f1_ci95_high") if rec.get(k) is not None},
                       "latency_ms_p50": rec.get("latency_ms_p50"), "size_mb": rec.get("size_mb"),
                       "dev_stream_seq_per_s": rec.get("dev_stream_seq_per_s"),
                       **{f"speedup_vs_{k}": v for k, v in sel["speedup_vs"].items()}}

@@ -32,6 +32,29 @@ def pytest_collection_modifyitems(items):
     items[:] = [item for path in order for item in files[path]]
 
 
+def preset(task: str, source, **overrides):
+    """compress.data.PrepareConfig of the committed params.yaml's `task` preset (what the
+    pipeline reads for it), with `source` and any prepare keys given over it."""
+    from compress.cli import prepare_config
+    from compress.config import build
+    from compress.data import PrepareConfig
+
+    cfg = prepare_config(str(REPO / "params.yaml"), task, str(source))
+    return build(PrepareConfig, {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, **overrides}, "prepare")
+
+
+def make_task(name: str = "sst2", kind: str = "classification", labels=("0", "1"), names=None):
+    from compress.tasks.base import Task
+
+    return Task(name, kind, tuple(labels), tuple(names or labels))
+
+
+# The presets' label sets, as params.yaml fixes them
+SST2_NAMES = ("negative", "positive")
+MRPC_NAMES = ("not_equivalent", "equivalent")
+CONLL_TAGS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+
+
 def write_tsv(path: Path, header: list[str], rows: list[list[str]], bom: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "\n".join("\t".join(r) for r in [header, *rows]) + "\n"
@@ -90,10 +113,10 @@ def tiny_model_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def prepared_sst2(tmp_path, sst2_dir) -> Path:
-    from compress.data import PrepareConfig, prepare
+    from compress.data import prepare
 
     out = tmp_path / "prepared"
-    prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out)
+    prepare(preset("sst2", str(sst2_dir)), out)
     return out
 
 
@@ -104,7 +127,7 @@ def production(tmp_path) -> Path:
     from compress.select import SelectPolicy, promote, select
 
     model, tok = tiny_model()
-    save_classifier(model, tok, tmp_path / "models" / "tiny", ["negative", "positive"])
+    save_classifier(model, tok, tmp_path / "models" / "tiny", task=make_task(names=SST2_NAMES))
     env = {"cpu_model": "test CPU", "libraries": {}}
     records = [{"artifact": name, "target": "cpu", "status": "ok", "reason": None, "stage": "test",
                 "backend": "pytorch-cpu", "format": "pytorch", "precision": "fp32", "task": "sst2",
@@ -164,30 +187,28 @@ def write_conll(d: Path) -> Path:
 def conll(tmp_path_factory):
     """A small CoNLL directory (4 hand-written sentences x 8) prepared, and a tiny tagger
     fine-tuned on it and saved: what the stages read and write."""
-    from compress.data import Prepared, PrepareConfig, prepare
+    from compress.data import Prepared, prepare
     from compress.models import load_classifier, save_classifier
     from compress.tokens import encode
     from compress.train import FinetuneConfig, finetune
 
     root = tmp_path_factory.mktemp("conll")
     write_conll(root / "src")
-    card = prepare(PrepareConfig(task="conll2003", source=str(root / "src")), root / "prepared")
+    card = prepare(preset("conll2003", root / "src"), root / "prepared")
     prepared = Prepared.open(root / "prepared")
     model, tok, _ = load_classifier("random:tiny", 9, seed=0, kind="token")
     train, dev = (encode(tok, prepared.split(s), 64) for s in ("train", "dev"))
     summary = finetune(model, train, dev, FinetuneConfig(epochs=12, batch_size=8, lr=5e-3, eval_every_steps=0,
                                                          log_every_steps=1), prepared.task, root / "curves")
-    from compress.ner import TAGS
-
-    save_classifier(model, tok, root / "teacher", list(TAGS), task="conll2003")
+    save_classifier(model, tok, root / "teacher", task=prepared.task)
     return root, card, prepared, summary
 
 
 @pytest.fixture(scope="session")
 def conll_prepared(tmp_path_factory) -> Path:
     """The small CoNLL directory (write_conll), prepared (32 train sentences); no model."""
-    from compress.data import PrepareConfig, prepare
+    from compress.data import prepare
 
     root = tmp_path_factory.mktemp("conll_prepared")
-    prepare(PrepareConfig(task="conll2003", source=str(write_conll(root / "src"))), root / "prepared")
+    prepare(preset("conll2003", write_conll(root / "src")), root / "prepared")
     return root / "prepared"

@@ -31,11 +31,13 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
                     "max_dev_rows": 64},
         # The task presets (by_task) win over the section: shrink them too, or the MRPC
         # recipe's 575 teacher steps and 4x augmentation run on the tiny slice.
-        "teacher": {"train": {"epochs": 1.0, "eval_every_steps": 4},
+        # min_steps 0: the base recipe's floor of steps (for small real datasets) would turn
+        # the tiny slice's one epoch into 1,500 steps
+        "teacher": {"train": {"epochs": 1.0, "min_steps": 0, "eval_every_steps": 4},
                     "by_task": {"mrpc": {"max_length": 128, "train": {"epochs": 1.0, "max_steps": None}}}},
         "teacher_logits": {"by_task": {"mrpc": {"max_length": 128, "augment": {
             "kinds": ["swap", "cross_pair", "word_drop"], "size": 0.5}}}},
-        "distill": {"train": {"epochs": 1.0, "eval_every_steps": 4},
+        "distill": {"train": {"epochs": 1.0, "min_steps": 0, "eval_every_steps": 4},
                     "by_task": {"mrpc": {"train": {"epochs": 1.0, "max_steps": None}}}},
         "prune": {"importance_rows": 64, "recover": True, "recovery": {"epochs": 1.0, "eval_every_steps": 4}},
         # a 1-epoch student on 64 dev rows may miss the 1% goal: keep the best trial then

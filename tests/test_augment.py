@@ -9,12 +9,12 @@ import torch
 
 from compress.augment import KINDS, UNLABELLED, AugmentConfig, augment
 from compress.config import ConfigError
-from compress.data import Example, Prepared, PrepareConfig, prepare
+from compress.data import Example, Prepared, prepare
 from compress.distill import (CacheConfig, DistillConfig, cache_teacher_outputs, distill, kd_loss,
                               load_transfer)
 from compress.models import save_classifier
 from compress.train import FinetuneConfig
-from conftest import tiny_model
+from conftest import preset, tiny_model
 
 PAIRS = [Example(f"the {w} was sold on monday for ten dollars .", f"on monday the {w} sold for ten dollars .", i % 2)
          for i, w in enumerate(["cat", "dog", "car", "plan", "deal", "test", "song", "game", "boat", "lamp"])]
@@ -98,7 +98,7 @@ def mrpc_setup(tmp_path_factory):
     rows = [[str(e.label), str(i), str(i + 50), e.text_a, e.text_b] for i, e in enumerate(PAIRS)]
     write_tsv(tmp / "src" / "train.tsv", header, rows, bom=True)
     write_tsv(tmp / "src" / "dev.tsv", header, rows[:4], bom=True)
-    prepare(PrepareConfig(task="mrpc", source=str(tmp / "src")), tmp / "prepared")
+    prepare(preset("mrpc", str(tmp / "src")), tmp / "prepared")
     model, tok = tiny_model()
     save_classifier(model, tok, tmp / "teacher", ["not_equivalent", "equivalent"])
     return tmp, Prepared.open(tmp / "prepared")

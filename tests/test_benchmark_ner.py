@@ -10,7 +10,7 @@ from pathlib import Path
 from compress import benchmark as bench
 from compress.benchmark import REFERENCE_NAME, BenchmarkConfig, benchmark, build_reference
 from compress.models import load_saved
-from compress.ner import TAGS
+from conftest import CONLL_TAGS as TAGS
 
 
 def test_reference_has_the_head_of_its_kind(tmp_path):

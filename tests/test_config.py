@@ -39,7 +39,7 @@ def test_wrong_type_names_key():
     (MeasureConfig, {"targets": ["tpu"]}, "unknown target 'tpu'"),
     (MeasureConfig, {"points": [[0, 128]]}, r"each point is \[batch >= 1, seq >= 2\]"),
     (MeasureConfig, {"min_duration_s": 10.0, "max_duration_s": 1.0}, "max_duration_s"),
-    (PrepareConfig, {"task": "cola"}, "unknown task 'cola'"),
+    (PrepareConfig, {"kind": "regression"}, "unknown kind .regression."),
     (PrepareConfig, {"max_train_rows": 0}, "max_train_rows must be >= 1"),
     (PrepareConfig, {"revision": "abc"}, "revision pins a Hub dataset"),
     (TeacherConfig, {"max_length": 4}, r"max_length must be in \[8, 512\]"),
@@ -60,7 +60,7 @@ def test_missing_params_file(tmp_path):
 
 
 def test_task_preset_merges_over_the_section():
-    params = {"prepare": {"task": "mrpc"},
+    params = {"prepare": {"task": "mrpc", "by_task": {"sst2": {}, "mrpc": {}}},
               "teacher": {"max_length": 64, "train": {"epochs": 2.0, "lr": 1e-4},
                           "by_task": {"mrpc": {"max_length": 128, "train": {"epochs": None, "max_steps": 500}}}}}
     t = section(params, "teacher", TeacherConfig)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO, SHARED_DATA
+from conftest import REPO, SHARED_DATA, preset
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def _workdir(root: Path, nproc: int, epochs: float = 2.0) -> Path:
     params["launch"]["nproc_per_node"] = nproc
     # no dropout (a rank draws its own masks) and fp32 (bf16 rounding depends on the shapes
     # a rank multiplies): what remains between 1 and 2 ranks is fp32 summation order
-    train = {"epochs": epochs, "batch_size": 16, "bf16_autocast": False, "eval_every_steps": 4,
+    train = {"epochs": epochs, "min_steps": 0, "batch_size": 16, "bf16_autocast": False, "eval_every_steps": 4,
              "log_every_steps": 1}
     params["distill"].update({"student_layers": [1], "freeze_word_embeddings": False})
     params["distill"]["train"].update(train)
@@ -47,11 +47,11 @@ def shared_inputs(tmp_path_factory) -> Path:
     """Prepared SST-2 slice (128 train rows) and a 2-layer teacher without dropout."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    from compress.data import PrepareConfig, prepare
+    from compress.data import Prepared, prepare
     from compress.models import load_classifier, save_classifier
 
     root = tmp_path_factory.mktemp("ddp_inputs")
-    prepare(PrepareConfig(task="sst2", source=str(SHARED_DATA / "sst2"), max_train_rows=128,
+    prepare(preset("sst2", str(SHARED_DATA / "sst2"), max_train_rows=128,
                           max_dev_rows=64), root / "data" / "prepared")
     _, tokenizer, _ = load_classifier("random:tiny", 2, seed=0)
     cfg = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=64, num_hidden_layers=2,
@@ -60,7 +60,7 @@ def shared_inputs(tmp_path_factory) -> Path:
     import torch
     torch.manual_seed(0)
     save_classifier(BertForSequenceClassification(cfg), tokenizer, root / "models" / "teacher",
-                    ["negative", "positive"], task="sst2")
+                    task=Prepared.open(root / "data" / "prepared").task)
     return root
 
 

@@ -1,33 +1,18 @@
-"""NER data and metric (issue 14, first part): the CoNLL reader with file:line errors, the
-conlleval entity rules, entity F1 on hand-made cases, word-to-subword alignment and
-truncation at word boundaries, and the real CoNLL-2003 files' card figures."""
+"""NER data and metric: the conlleval entity rules over any tag set, entity F1 on
+hand-made cases, word-to-subword alignment and truncation at word boundaries, and the
+real CoNLL-2003 files' card figures (the CoNLL reader itself: test_formats)."""
 import numpy as np
 import pytest
 
-from compress.ner import (IGNORE, TAG_ID, TAGS, NerDataError, Sentence, align, card_counts, entities,
-                          entity_metrics, read_conll)
-from conftest import CONLL_TRAIN, SHARED_DATA, tiny_model
+from compress.ner import IGNORE, Sentence, align, card_counts, entities, entity_metrics
+from conftest import CONLL_TAGS, CONLL_TRAIN, SHARED_DATA, preset, tiny_model
+
+TAGS = CONLL_TAGS
+TAG_ID = {t: i for i, t in enumerate(TAGS)}
 
 
 def _ids(*tags):
     return tuple(TAG_ID[t] for t in tags)
-
-
-def test_reader_streams_sentences_and_names_bad_lines(tmp_path):
-    f = tmp_path / "train.txt"
-    f.write_text("-DOCSTART- O\n\nEU B-ORG\nrejects O\nGerman B-MISC\n\nPeter I-PER\nBlackburn I-PER\n")
-    sents = list(read_conll(f))
-    assert [s.words for s in sents] == [("EU", "rejects", "German"), ("Peter", "Blackburn")]
-    assert sents[1].tags == _ids("I-PER", "I-PER")  # an I- with no B- before it is valid
-    bad = tmp_path / "bad.txt"
-    bad.write_text("EU B-ORG\nrejects O extra\n")
-    with pytest.raises(NerDataError, match=r"bad.txt:2: expected 'token TAG'.*3 field"):
-        list(read_conll(bad))
-    bad.write_text("EU B-ORG\n\nrejects B-FOOD\n")
-    with pytest.raises(NerDataError, match=r"bad.txt:3: unknown tag 'B-FOOD'"):
-        list(read_conll(bad))
-    with pytest.raises(NerDataError, match="missing.txt: file not found"):
-        list(read_conll(tmp_path / "missing.txt"))
 
 
 def test_entities_follow_conlleval():
@@ -40,16 +25,16 @@ def test_entities_follow_conlleval():
 
 def test_entity_f1_exact_span_and_type():
     gold = [_ids("B-PER", "I-PER", "O", "B-LOC"), _ids("B-ORG", "O")]
-    assert entity_metrics(gold, gold)["f1"] == 1.0
+    assert entity_metrics(gold, gold, TAGS)["f1"] == 1.0
     # one span too short (PER wrong), LOC right, ORG typed MISC (wrong), no extra
     pred = [_ids("B-PER", "O", "O", "B-LOC"), _ids("B-MISC", "O")]
-    m = entity_metrics(gold, pred)
+    m = entity_metrics(gold, pred, TAGS)
     assert m["precision"] == pytest.approx(1 / 3) and m["recall"] == pytest.approx(1 / 3)
     assert m["f1"] == pytest.approx(1 / 3)
     assert m["f1_per_type"]["LOC"] == 1.0 and m["f1_per_type"]["PER"] == 0.0 and m["f1_per_type"]["ORG"] == 0.0
     assert m["token_accuracy"] == pytest.approx(4 / 6)
     # a truncated prediction counts the missing words as O: the LOC entity is missed
-    short = entity_metrics([_ids("B-PER", "O", "B-LOC")], [_ids("B-PER", "O")])
+    short = entity_metrics([_ids("B-PER", "O", "B-LOC")], [_ids("B-PER", "O")], TAGS)
     assert short["recall"] == 0.5 and short["precision"] == 1.0
 
 
@@ -85,7 +70,9 @@ def test_real_conll2003_dev_card():
     path = SHARED_DATA / "conll2003" / "dev.txt"
     if not path.is_file():
         pytest.skip(f"{path} is not here (the shared data beside the checkout)")
-    card = card_counts(read_conll(path))
+    from compress.data import read_split
+
+    card = card_counts(read_split(preset("conll2003", path.parent), "dev"), TAGS)
     assert card["sentences"] == 3250 and card["tokens"] > 50_000
     assert set(card["entities"]) == {"PER", "ORG", "LOC", "MISC"} and min(card["entities"].values()) > 500
     assert len(TAGS) == 9
@@ -129,7 +116,7 @@ def test_entities_in_raw_text_have_character_spans():
     text = "Peter Blackburn met the EU, in Brussels."
     words = words_with_spans(tok, text)
     assert [w for w, *_ in words] == ["Peter", "Blackburn", "met", "the", "EU", ",", "in", "Brussels", "."]
-    tags = _ids("B-PER", "I-PER", "O", "O", "B-ORG", "O", "O", "B-LOC", "O")
+    tags = ["B-PER", "I-PER", "O", "O", "B-ORG", "O", "O", "B-LOC", "O"]
     found = entities_in_text(text, words, tags)
     assert found == [{"type": "PER", "start": 0, "end": 15, "text": "Peter Blackburn"},
                      {"type": "ORG", "start": 24, "end": 26, "text": "EU"},
@@ -140,7 +127,7 @@ def test_entities_in_raw_text_have_character_spans():
 
 def test_prepare_writes_sentences_and_an_entity_card(conll):
     root, card, prepared, _ = conll
-    assert card["kind"] == "token" and card["splits"]["dev"]["rows"] == 4 and card["splits"]["train"]["rows"] == 32
+    assert card["kind"] == "token_classification" and card["splits"]["dev"]["rows"] == 4 and card["splits"]["train"]["rows"] == 32
     assert card["splits"]["dev"]["entities"] == {"PER": 1, "ORG": 2, "LOC": 1, "MISC": 3}
     assert card["splits"]["dev"]["tokens"] == 25 and card["splits"]["dev"]["tag_counts"]["O"] == 16
     dev = prepared.split("dev")
@@ -149,7 +136,7 @@ def test_prepare_writes_sentences_and_an_entity_card(conll):
 
 
 def test_prepare_names_the_bad_line_and_keeps_what_was_built(conll, tmp_path):
-    from compress.data import PrepareConfig, prepare
+    from compress.data import DataError, prepare
 
     root, *_ = conll
     bad = tmp_path / "bad"
@@ -157,10 +144,10 @@ def test_prepare_names_the_bad_line_and_keeps_what_was_built(conll, tmp_path):
     (bad / "train.txt").write_text(CONLL_TRAIN)
     (bad / "dev.txt").write_text("EU B-ORG\nrejects B-NOPE\n")
     out = tmp_path / "prepared"
-    prepare(PrepareConfig(task="conll2003", source=str(root / "src")), out)
+    prepare(preset("conll2003", root / "src"), out)
     before = (out / "dev.jsonl").read_bytes()
-    with pytest.raises(NerDataError, match=r"dev.txt:2: unknown tag 'B-NOPE'"):
-        prepare(PrepareConfig(task="conll2003", source=str(bad)), out)
+    with pytest.raises(DataError, match=r"dev.txt:2: tag 'B-NOPE' is not one of the task's tags"):
+        prepare(preset("conll2003", bad), out)
     assert (out / "dev.jsonl").read_bytes() == before
 
 
@@ -179,7 +166,7 @@ def test_tagger_trains_and_is_scored_on_entities(conll):
     assert logits.shape == (25, 9)  # one scored position per word
     m = task_metrics(prepared.task, dev, logits)
     assert m == summary["final_dev"]  # the saved model is the trained one
-    assert m["f1"] == round(entity_metrics_of(dev, logits.argmax(-1))["f1"], 6)
+    assert m["f1"] == round(entity_metrics_of(dev, logits.argmax(-1), TAGS)["f1"], 6)
     assert m["token_accuracy"] > 0.8  # it learnt the 4 sentences it saw 8 times
 
 
@@ -246,7 +233,7 @@ def test_predict_prints_entities_with_character_spans(conll):
     for e in out[0]["entities"]:
         assert out[0]["text"][e["start"]:e["end"]] == e["text"] and e["type"] in ("PER", "ORG", "LOC", "MISC")
         assert 0 < e["score"] <= 1
-    res = evaluate(loaded, str(root / "src"), "dev", max_length=64)
+    res = evaluate(loaded, preset("conll2003", root / "src"), "dev", max_length=64)
     assert res["rows"] == 4 and set(res["f1_per_type"]) == {"PER", "ORG", "LOC", "MISC"} and res["entities"] == 7
 
 

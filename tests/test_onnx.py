@@ -14,7 +14,7 @@ from compress.onnx_export import (ExportConfig, OnnxFileError, ParityError, chec
 from compress.onnx_runtime import (OrtQuantConfig, embedding_error, int8_word_embeddings, node_group, quantize_onnx,
                                    quantized_groups)
 from compress.runners import Artifact
-from conftest import tiny_model
+from conftest import preset, tiny_model
 
 FAST = ExportConfig(parity_shapes=[[1, 8], [3, 24], [2, 40]])  # 40 > the traced 16
 
@@ -22,13 +22,13 @@ FAST = ExportConfig(parity_shapes=[[1, 8], [3, 24], [2, 40]])  # 40 > the traced
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A tiny model with uneven heads per layer, exported once for the module's tests."""
-    from compress.data import PrepareConfig, prepare
+    from compress.data import prepare
     from conftest import SST2_ROWS, write_tsv
 
     root = tmp_path_factory.mktemp("onnx")
     write_tsv(root / "sst2/train.tsv", ["sentence", "label"], SST2_ROWS * 4)
     write_tsv(root / "sst2/dev.tsv", ["sentence", "label"], SST2_ROWS)
-    prepare(PrepareConfig(task="sst2", source=str(root / "sst2")), root / "prepared")
+    prepare(preset("sst2", str(root / "sst2")), root / "prepared")
     model, tok = tiny_model()
     model.bert.prune_heads({0: [0], 1: [1, 2]})  # 3 and 2 heads left
     save_classifier(model, tok, root / "pruned", ["negative", "positive"])

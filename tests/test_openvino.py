@@ -16,14 +16,14 @@ import torch
 
 from compress import openvino_ir as oi
 from compress.config import ConfigError, build
-from compress.data import Prepared, PrepareConfig, prepare
+from compress.data import Prepared, prepare
 from compress.models import save_classifier
 from compress.onnx_export import ExportConfig, count_initializer_params, cpu_session, export_onnx, run_session
 from compress.openvino_ir import (OpenVinoConfig, OpenVinoIrError, OpenVinoParityError, OpenVinoRunner,
                                   build_openvino, convert_onnx, embedding_tables, parity_check,
                                   quantize_embedding_tables, quantize_openvino, training_slices)
 from compress.runners import Artifact, load_runner, skip_reason
-from conftest import tiny_model, write_tsv
+from conftest import CONLL_TAGS, preset, tiny_model, write_tsv
 
 ov = pytest.importorskip("openvino")
 pytest.importorskip("nncf")
@@ -60,7 +60,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("ov")
     write_tsv(root / "sst2/train.tsv", ["sentence", "label"], TRAIN)
     write_tsv(root / "sst2/dev.tsv", ["sentence", "label"], DEV)
-    prepare(PrepareConfig(task="sst2", source=str(root / "sst2")), root / "prepared")
+    prepare(preset("sst2", str(root / "sst2")), root / "prepared")
     model, tok = tiny_model()
     model.bert.prune_heads({0: [0], 1: [1, 2]})  # uneven heads per layer, like the pruned student
     with torch.no_grad():  # logits of a useful size, so differences are meaningful
@@ -420,5 +420,5 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
         keep = item["tags"] != IGNORE
         gold.append(item["tags"][keep].tolist())
         pred.append(run_session(session, item["inputs"])[keep].argmax(-1).tolist())
-    assert f1 == pytest.approx(entity_metrics(gold, pred)["f1"]) == pytest.approx(v["accuracy_fp32"])
+    assert f1 == pytest.approx(entity_metrics(gold, pred, CONLL_TAGS)["f1"]) == pytest.approx(v["accuracy_fp32"])
     assert per_item == pytest.approx([float(np.mean(np.array(g) == np.array(p))) for g, p in zip(gold, pred)])

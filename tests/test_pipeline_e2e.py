@@ -154,7 +154,7 @@ def test_mrpc_sentence_pairs_flow_through_distill_and_prune(tmp_path):
 def test_bert_base_geometry_flows_through_prepare_and_teacher(tmp_path):
     repo = copy_repo(tmp_path / "repo", {
         "prepare": {"source": str(SHARED_DATA / "sst2"), "max_train_rows": 32, "max_dev_rows": 32},
-        "teacher": {"model": "random:bert-base", "train": {"epochs": 1.0, "batch_size": 16}},
+        "teacher": {"model": "random:bert-base", "train": {"epochs": 1.0, "min_steps": 0, "batch_size": 16}},
         "measure": {**TINY_MEASURE, "min_queries": 2, "targets": ["cpu"]},
     })
     dvc(repo, "repro", "teacher")

@@ -31,7 +31,7 @@ from compress.quantize import QuantizeConfig
 from compress.select import SelectPolicy
 from compress.teacher import TeacherConfig
 from compress.tensorrt_engine import EngineConfig
-from conftest import REPO, SST2_ROWS, tiny_model, write_tsv
+from conftest import MRPC_NAMES, REPO, SST2_NAMES, SST2_ROWS, make_task, preset, tiny_model, write_tsv
 
 SECTIONS = {"prepare": PrepareConfig, "launch": LaunchConfig, "teacher": TeacherConfig, "teacher_logits": CacheConfig,
             "distill": DistillConfig, "prune": PruneConfig, "quantize": QuantizeConfig, "inc": IncConfig,
@@ -70,7 +70,7 @@ def _override(params: dict, dotted: str, value) -> dict:
     ("measure.targets", ["cpu", "tpu"], r"unknown target 'tpu': choose from cpu, gpu"),
     ("select.target", "tpu", r"target must be one of cpu, gpu, got 'tpu'"),
     ("benchmark.targets", ["npu"], r"targets must be a non-empty list of cpu, gpu"),
-    ("prepare.task", "cola", r"unknown task 'cola'"),
+    ("prepare.kind", "regression", r"unknown kind 'regression'"),
     ("launch.nproc_per_node", 0, r"launch: nproc_per_node must be >= 1, got 0"),
     ("launch.backend", "mpi", r"launch: backend must be one of auto, gloo, nccl, got 'mpi'"),
 ])
@@ -106,18 +106,18 @@ def test_a_stage_with_bad_params_stops_before_touching_its_outputs(tmp_path):
 
 def test_a_split_with_one_class_is_refused_and_the_previous_output_kept(tmp_path, sst2_dir):
     out = tmp_path / "prepared"
-    prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out)
+    prepare(preset("sst2", str(sst2_dir)), out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     write_tsv(sst2_dir / "train.tsv", ["sentence", "label"], [r for r in SST2_ROWS if r[1] == "1"] * 3)
     with pytest.raises(DataError, match=r"split 'train' holds only the label 'positive' \(12 rows\)"):
-        prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out)
+        prepare(preset("sst2", str(sst2_dir)), out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 
 
 def test_a_subsample_that_leaves_one_class_is_refused(tmp_path, sst2_dir):
     with pytest.raises(DataError, match=r"split 'dev' holds only the label .*max_\*_rows slice"):
-        prepare(PrepareConfig(task="sst2", source=str(sst2_dir), max_dev_rows=1), tmp_path / "p")
+        prepare(preset("sst2", str(sst2_dir), max_dev_rows=1), tmp_path / "p")
 
 
 PEAK_SCRIPT = """
@@ -164,11 +164,11 @@ def test_a_full_disk_mid_write_is_a_clear_error_and_keeps_the_previous_output(tm
     from pipelines.common import run
 
     out = tmp_path / "prepared"
-    prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out)
+    prepare(preset("sst2", str(sst2_dir)), out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     written = []
 
-    def fill_disk(ex):  # the disk fills up after a few rows
+    def fill_disk(ex, task):  # the disk fills up after a few rows
         written.append(ex)
         if len(written) > 5:
             raise OSError(errno.ENOSPC, "No space left on device", str(out) + ".tmp/train.jsonl")
@@ -177,7 +177,7 @@ def test_a_full_disk_mid_write_is_a_clear_error_and_keeps_the_previous_output(tm
     monkeypatch.setattr(data, "json_line", fill_disk)
     monkeypatch.setattr("pipelines.common.load_params", lambda: {})
     with pytest.raises(SystemExit) as e:
-        run(lambda params: prepare(PrepareConfig(task="sst2", source=str(sst2_dir)), out))
+        run(lambda params: prepare(preset("sst2", str(sst2_dir)), out))
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "error: cannot write" in err and "No space left on device; free some disk space" in err
@@ -347,7 +347,8 @@ def test_predict_on_a_pair_task_refuses_single_sentences(tmp_path, capsys):
     from conftest import tiny_model
 
     model, tok = tiny_model()
-    save_classifier(model, tok, tmp_path / "pair", ["not_equivalent", "equivalent"], task="mrpc")
+    save_classifier(model, tok, tmp_path / "pair", task=make_task("mrpc", "pair_classification", ("0", "1"),
+                                                                  MRPC_NAMES))
     assert main(["predict", "--artifact", str(tmp_path / "pair"), "one sentence only"]) == 2
     assert "argument:1: this task takes sentence pairs" in capsys.readouterr().err
 
@@ -356,7 +357,7 @@ def test_predict_streams_its_input():
     """An endless input yields its first results after one chunk: nothing is read whole."""
     import itertools
 
-    from compress.data import Example, get_task
+    from compress.data import Example
     from compress.predict import Loaded, predict_stream
 
     class Runner:
@@ -366,7 +367,7 @@ def test_predict_streams_its_input():
         def __call__(self, batch):
             return np.zeros((len(batch["input_ids"]), 2), dtype=np.float32)
 
-    loaded = Loaded(runner=Runner(), task=get_task("sst2"), label_names=["negative", "positive"], meta=None)
+    loaded = Loaded(runner=Runner(), task=make_task(names=SST2_NAMES), label_names=["negative", "positive"], meta=None)
     endless = (Example(f"text {i}", None, -1) for i in itertools.count())
     first = list(itertools.islice(predict_stream(loaded, endless), 5))
     assert [r["text"] for r in first] == [f"text {i}" for i in range(5)]
@@ -385,13 +386,14 @@ def test_every_stage_lists_the_code_it_imports():
         return path if path.is_file() else None
 
     def imports(path):
-        pkg = path.parent.name
+        pkg = list(path.relative_to(REPO).parts[:-1])  # e.g. ["compress", "tasks"]
         out = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 base = node.module or ""
-                if node.level:  # from .x import y / from . import x
-                    base = f"{pkg}.{base}" if base else pkg
+                if node.level:  # from .x import y / from ..x import y / from . import x
+                    up = ".".join(pkg[:len(pkg) - node.level + 1])
+                    base = f"{up}.{base}" if base else up
                 for alias in node.names:
                     out |= {f"{base}.{alias.name}", base}
             elif isinstance(node, ast.Import):
@@ -417,14 +419,14 @@ def test_stages_track_every_param_key_and_only_their_own_tasks_preset():
     `<section>.by_task.${prepare.task}`: every key still reruns the stage, and tuning one
     task's preset never reruns another task's pipeline. So every such section needs a
     preset for every task (DVC refuses a listed key that is missing)."""
-    from compress.data import TASKS
-
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    tasks = set(params["prepare"]["by_task"])  # the datasets params declare
+    assert {"sst2", "mrpc", "conll2003", "banking77", "ncbi_disease"} <= tasks
     for sec, body in params.items():
         if not isinstance(body, dict) or "by_task" not in body:
             continue
-        assert set(body["by_task"]) == set(TASKS), f"{sec}.by_task needs a preset per task ({{}}: none)"
+        assert set(body["by_task"]) == tasks, f"{sec}.by_task needs a preset per task ({{}}: none)"
         users = [name for name, st in stages.items() if any(str(p).split(".")[0] == sec for p in st.get("params", []))]
         assert users, sec
         for name in users:

@@ -257,7 +257,8 @@ def test_selection_markdown_and_model_card_name_the_floors():
     from compress.select import model_card
     from pipelines.select import render
 
-    sel = select(MRPC, SelectPolicy(floor_at="lower_bound", accuracy_floor_vs_teacher=0.97))
+    sel = select(MRPC, SelectPolicy(floor_metrics=["accuracy", "f1"], floor_at="lower_bound",
+                                    accuracy_floor_vs_teacher=0.97))
     md = render(sel)
     assert ("accuracy and F1 >= 97.0% of the teacher's (floor_metrics [accuracy, f1], floor_at lower_bound: "
             "the artifact's 95% interval low end over the teacher's)") in md

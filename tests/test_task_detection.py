@@ -1,6 +1,6 @@
 """Every artifact knows its task: save_classifier records it in config.json
-(`finetuning_task`), derived formats keep it, promoted artifacts carry it in artifact.json,
-older directories are recognised by their label names; `compress evaluate` and
+(`finetuning_task`, `task_kind`, `task_labels`, `id2label`), derived formats keep it, a
+model saved without one is read from its head and labels; `compress evaluate` and
 `compress predict` then need no --task, and a --task that contradicts the artifact is refused."""
 import json
 
@@ -10,16 +10,17 @@ from compress.cli import main
 from compress.errors import UserError
 from compress.models import save_classifier
 from compress.predict import detect_task, task_of
-from conftest import tiny_model, write_tsv
+from conftest import MRPC_NAMES, SST2_NAMES, make_task, preset, tiny_model, write_tsv
 
-MRPC_LABELS = ["not_equivalent", "equivalent"]
+MRPC_LABELS = list(MRPC_NAMES)
+MRPC = make_task("mrpc", "pair_classification", ("0", "1"), MRPC_NAMES)
 MRPC_HEADER = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
 
 
 @pytest.fixture
 def mrpc_model_dir(tmp_path):
     model, tok = tiny_model()
-    save_classifier(model, tok, tmp_path / "mrpc_model", MRPC_LABELS, task="mrpc")
+    save_classifier(model, tok, tmp_path / "mrpc_model", task=MRPC)
     return tmp_path / "mrpc_model"
 
 
@@ -38,16 +39,11 @@ def _save(tmp_path, name, labels, task=None):
 
 
 def test_saved_task_is_in_config_and_detected(mrpc_model_dir):
-    assert json.loads((mrpc_model_dir / "config.json").read_text())["finetuning_task"] == "mrpc"
-    assert task_of(mrpc_model_dir) == "mrpc"
-    assert detect_task(mrpc_model_dir) == ("mrpc", "config.json finetuning_task")
-
-
-def test_save_refuses_an_unknown_task(tmp_path):
-    model, tok = tiny_model()
-    with pytest.raises(UserError, match="unknown task 'qqp'"):
-        save_classifier(model, tok, tmp_path / "m", MRPC_LABELS, task="qqp")
-    assert not (tmp_path / "m").exists()
+    cfg = json.loads((mrpc_model_dir / "config.json").read_text())
+    assert cfg["finetuning_task"] == "mrpc" and cfg["task_kind"] == "pair_classification"
+    assert cfg["task_labels"] == ["0", "1"] and cfg["id2label"] == {"0": "not_equivalent", "1": "equivalent"}
+    assert task_of(mrpc_model_dir) == MRPC
+    assert detect_task(mrpc_model_dir) == (MRPC, "config.json")
 
 
 def test_evaluate_and_predict_need_no_task(mrpc_model_dir, mrpc_dev, capsys):
@@ -74,69 +70,50 @@ def test_an_explicit_task_contradicting_the_artifact_is_refused(mrpc_model_dir, 
     assert str(mrpc_model_dir) in err and "--task sst2 contradicts the artifact's task 'mrpc'" in err
 
 
-@pytest.mark.parametrize("labels, task", [
-    (MRPC_LABELS, "mrpc"),
-    (["negative", "positive"], "sst2"),
-    (["NEGATIVE", "POSITIVE"], "sst2"),  # as some Hub checkpoints spell them
-])
-def test_older_artifacts_are_recognised_by_their_label_names(tmp_path, labels, task):
-    d = _save(tmp_path, "old", labels)
-    assert "finetuning_task" not in json.loads((d / "config.json").read_text())
-    assert detect_task(d) == (task, "config.json label names")
+def test_a_model_saved_without_a_task_is_read_from_its_head_and_labels(tmp_path):
+    """A user's own fine-tuned checkpoint: the head says the kind, id2label the labels."""
+    d = _save(tmp_path, "old", ["negative", "positive"])
+    task, where = detect_task(d)
+    assert where == "config.json" and task.kind == "classification" and task.labels == ("negative", "positive")
+    from compress.models import load_classifier
+
+    model, tok, _ = load_classifier("random:tiny", 3, seed=0, kind="token")
+    save_classifier(model, tok, tmp_path / "tagger", ["O", "B-Drug", "I-Drug"])
+    assert task_of(tmp_path / "tagger").kind == "token_classification"
 
 
-def test_label_order_matters_and_unknown_finetuning_task_falls_through(tmp_path):
-    d = _save(tmp_path, "swapped", ["positive", "negative"])
-    assert detect_task(d) is None  # class ids would be read backwards: not sst2
-    cfg = json.loads((d / "config.json").read_text())
-    cfg.update(finetuning_task="mnli", id2label={"0": "not_equivalent", "1": "equivalent"})
-    (d / "config.json").write_text(json.dumps(cfg))
-    assert detect_task(d) == ("mrpc", "config.json label names")
-    cfg["finetuning_task"] = "SST-2"
-    (d / "config.json").write_text(json.dumps(cfg))
-    assert detect_task(d) == ("sst2", "config.json finetuning_task")
-
-
-def test_unknown_labels_need_an_explicit_task(tmp_path, mrpc_dev, capsys):
-    d = _save(tmp_path, "custom", ["LABEL_0", "LABEL_1"])
-    with pytest.raises(UserError, match=r"custom: the artifact does not record its task.*pass --task"):
-        task_of(d)
-    assert main(["evaluate", "--data", str(mrpc_dev), "--artifact", str(d)]) == 2
-    assert "pass --task" in capsys.readouterr().err
-    assert main(["evaluate", "--data", str(mrpc_dev), "--artifact", str(d), "--task", "mrpc",
-                 "--threads", "1"]) == 0
-    assert json.loads(capsys.readouterr().out)["rows"] == 5
-    with pytest.raises(UserError, match="pass --task"):
+def test_no_config_is_refused(tmp_path):
+    with pytest.raises(UserError, match="no_config_here: the artifact does not record its task"):
         task_of(tmp_path / "no_config_here")
 
 
 def test_artifact_json_task_comes_first(tmp_path, production):
-    assert detect_task(production) == ("sst2", "artifact.json")
+    assert detect_task(production) == (make_task(names=SST2_NAMES), "config.json")
     d = tmp_path / "promoted"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"finetuning_task": "sst2", "id2label": {"0": "negative"}}))
-    (d / "artifact.json").write_text(json.dumps({"task": "mrpc"}))
-    assert task_of(d) == "mrpc"
-    (d / "artifact.json").write_text(json.dumps({"task": "cola"}))
-    with pytest.raises(UserError, match="unknown task 'cola'"):
+    (d / "artifact.json").write_text(json.dumps({"task": MRPC.to_dict()}))
+    assert task_of(d) == MRPC
+    (d / "artifact.json").write_text(json.dumps({"task": {"name": "x", "kind": "regression", "labels": []}}))
+    with pytest.raises(UserError, match="unknown task kind 'regression'"):
         task_of(d)
 
 
 def test_derived_artifacts_keep_the_task(mrpc_model_dir, mrpc_dir, mrpc_dev, tmp_path, capsys):
     """ONNX export, ONNX Runtime INT8 and torchao INT8 carry the parent's config.json;
     OpenVINO, INC and TensorRT copy or re-save it the same way."""
-    from compress.data import Prepared, PrepareConfig, prepare
+    from compress.data import Prepared, prepare
     from compress.onnx_export import ExportConfig, export_onnx
     from compress.onnx_runtime import OrtQuantConfig, quantize_onnx
     from compress.quantize import QuantizeConfig, quantize_checkpoint
 
-    prepare(PrepareConfig(task="mrpc", source=str(mrpc_dir)), tmp_path / "prepared")
+    prepare(preset("mrpc", mrpc_dir), tmp_path / "prepared")
     export_onnx(mrpc_model_dir, tmp_path / "onnx", ExportConfig(parity_shapes=[[1, 8], [2, 24]], threads=1),
                 Prepared.open(tmp_path / "prepared"), plain_out_dir=tmp_path / "plain")
     quantize_onnx(tmp_path / "onnx", tmp_path / "onnx_int8", OrtQuantConfig())
     quantize_checkpoint(mrpc_model_dir, tmp_path / "torchao", QuantizeConfig())
     for name in ("onnx", "plain", "onnx_int8", "torchao"):
-        assert detect_task(tmp_path / name) == ("mrpc", "config.json finetuning_task"), name
+        assert detect_task(tmp_path / name) == (MRPC, "config.json"), name
     assert main(["evaluate", "--data", str(mrpc_dev), "--artifact", str(tmp_path / "onnx_int8"),
                  "--threads", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 5

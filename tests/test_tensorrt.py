@@ -22,11 +22,11 @@ from compress.data import sha256_file
 from compress.errors import UserError
 from compress.models import count_parameters
 from compress.runners import Artifact, load_runner, skip_reason
-from compress.ner import TAGS
+from conftest import CONLL_TAGS as TAGS
 from compress.tensorrt_engine import (EngineBuildError, EngineConfig, TrtRunner, build_engine, build_engines,
                                       compared_logits, onnx_num_labels, parity_check, prepare_onnx, resolve_onnx,
                                       take_rows, tensorrt_unavailable, training_batches)
-from conftest import REPO, tiny_model
+from conftest import REPO, tiny_model  # noqa: E402
 
 REASON = tensorrt_unavailable()
 needs_trt = pytest.mark.skipif(REASON is not None, reason=f"TensorRT engines cannot be built here: {REASON}")

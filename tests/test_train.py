@@ -6,9 +6,10 @@ import torch
 from compress.data import Prepared
 from compress.teacher import TeacherConfig, build_teacher
 from compress.tokens import encode, length_grouped_batches
-from compress.data import get_task
 from compress.train import FinetuneConfig, finetune, predict_logits
-from conftest import tiny_model
+from conftest import SST2_NAMES, make_task, tiny_model
+
+SST2 = make_task("sst2", "classification", ("0", "1"), SST2_NAMES)
 
 import random
 
@@ -29,7 +30,7 @@ def test_finetune_lowers_loss_and_logs_curves(tmp_path, prepared_sst2):
     model, _ = tiny_model(seed=1)
     before = _loss(model, train)
     cfg = FinetuneConfig(epochs=8, batch_size=8, lr=5e-3, warmup_ratio=0.1, eval_every_steps=4, seed=3)
-    summary = finetune(model, train, dev, cfg, get_task("sst2"), tmp_path / "curves")
+    summary = finetune(model, train, dev, cfg, SST2, tmp_path / "curves")
     assert _loss(model, train) < before * 0.7
     assert summary["steps"] == 32 and summary["final_dev"]["accuracy"] >= 0.75
     rows = list(csv.DictReader(open(tmp_path / "curves" / "eval.csv")))
@@ -44,7 +45,7 @@ def test_same_seed_gives_bitwise_identical_weights(tmp_path, prepared_sst2):
     states = []
     for run in range(2):
         model, _ = tiny_model(seed=1)
-        finetune(model, train, dev, cfg, get_task("sst2"), tmp_path / f"c{run}")
+        finetune(model, train, dev, cfg, SST2, tmp_path / f"c{run}")
         states.append(model.state_dict())
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
 
@@ -77,7 +78,7 @@ def test_frozen_parameters_stay_bitwise_unchanged(tmp_path, prepared_sst2):
     before_emb, before_cls = emb.detach().clone(), model.classifier.weight.detach().clone()
     train, dev = encode(tok, p.split("train"), 32), encode(tok, p.split("dev"), 32)
     finetune(model, train, dev, FinetuneConfig(epochs=1, batch_size=8, lr=1e-2, weight_decay=0.1,
-                                               eval_every_steps=0), get_task("sst2"), tmp_path / "c")
+                                               eval_every_steps=0), SST2, tmp_path / "c")
     assert torch.equal(emb, before_emb)
     assert not torch.equal(model.classifier.weight, before_cls)
 
@@ -87,7 +88,7 @@ def test_step_based_schedule_runs_exactly_max_steps_across_epochs(tmp_path, prep
     model, _ = tiny_model(seed=1)
     cfg = FinetuneConfig(epochs=None, max_steps=10, batch_size=8, lr=1e-3, warmup_ratio=0.2,
                          eval_every_steps=0, seed=3)
-    summary = finetune(model, train, dev, cfg, get_task("sst2"), tmp_path / "curves")
+    summary = finetune(model, train, dev, cfg, SST2, tmp_path / "curves")
     assert summary["steps"] == 10 and summary["epochs"] == 2.5
     assert summary["sequences_seen"] == 80
     last = list(csv.DictReader(open(tmp_path / "curves" / "train.csv")))[-1]
@@ -104,7 +105,7 @@ def test_bf16_autocast_falls_back_to_fp32_without_native_bf16(tmp_path, prepared
     for bf16 in (True, False):
         model, _ = tiny_model(seed=1)
         cfg = FinetuneConfig(epochs=1, batch_size=8, lr=1e-3, eval_every_steps=0, seed=7, bf16_autocast=bf16)
-        summaries.append(finetune(model, train, dev, cfg, get_task("sst2"), tmp_path / f"c{bf16}"))
+        summaries.append(finetune(model, train, dev, cfg, SST2, tmp_path / f"c{bf16}"))
         weights.append(model.state_dict())
     assert summaries[0]["bf16_autocast"].startswith("off: this CPU has no native bf16")
     assert "bf16_autocast" not in summaries[1]
@@ -112,4 +113,4 @@ def test_bf16_autocast_falls_back_to_fp32_without_native_bf16(tmp_path, prepared
     monkeypatch.setenv("COMPRESS_CPU_FLAGS", "avx512_bf16")  # a native-bf16 CPU keeps autocast
     model, _ = tiny_model(seed=1)
     cfg = FinetuneConfig(epochs=1, batch_size=8, lr=1e-3, eval_every_steps=0, seed=7)
-    assert "bf16_autocast" not in finetune(model, train, dev, cfg, get_task("sst2"), tmp_path / "native")
+    assert "bf16_autocast" not in finetune(model, train, dev, cfg, SST2, tmp_path / "native")

@@ -1,0 +1,1 @@
+"""Task kinds and the readers of users' data files."""
