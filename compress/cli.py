@@ -8,7 +8,23 @@ import sys
 from pathlib import Path
 
 from .errors import UserError
-from .predict import artifact_at  # noqa: F401 - `compress measure` and tests use it from here
+
+# Heavy libraries (torch, transformers, the runtimes) are imported by the commands that use
+# them, after their arguments are checked: a bad path is refused in a fraction of a second.
+
+
+def artifact_at(path: Path, name: str | None = None):
+    """compress.predict.artifact_at, imported when a command needs it."""
+    from .predict import artifact_at as at
+
+    return at(path, name)
+
+
+def _artifact_dir(path: str) -> Path:
+    if not Path(path).is_dir():
+        raise UserError(f"{path}: no such artifact directory (the production artifact is written by "
+                        "`dvc repro select`; any directory a stage wrote under models/ works too)")
+    return Path(path)
 
 
 def _points(text: str) -> list[int]:
@@ -111,6 +127,7 @@ def cmd_report(args) -> None:
 def cmd_predict(args) -> None:
     from contextlib import ExitStack
 
+    _artifact_dir(args.artifact)
     from .predict import load, parse_lines, predict_stream
 
     loaded = load(args.artifact, args.task, args.target, args.threads)
@@ -154,6 +171,7 @@ def cmd_link_sources(args) -> None:
 
 
 def cmd_evaluate(args) -> None:
+    _artifact_dir(args.artifact)
     from .predict import evaluate, load
 
     loaded = load(args.artifact, args.task, args.target, args.threads)

@@ -42,3 +42,16 @@ def test_artifact_format_is_read_from_the_directory(tiny_model_dir, tmp_path):
     assert (artifact_at(tmp_path / "q").format, artifact_at(tmp_path / "q").precision) == ("pytorch_int8", "int8")
     with pytest.raises(SystemExit, match="no such artifact directory"):
         artifact_at(tmp_path / "missing")
+
+
+def test_a_bad_artifact_path_is_refused_before_any_heavy_import(tmp_path):
+    """`compress predict` on a path that does not exist says so without importing torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom compress.cli import main\nrc = main(['predict', '--artifact', sys.argv[1], 'x'])\n"
+            "print(rc, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nonexistent")], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.split() == ["2", "False", "False"], out.stderr[-2000:]
+    assert "nonexistent: no such artifact directory" in out.stderr
