@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import SHARED_DATA
-from e2e import BENCH_EXCLUDE, copy_repo, dvc, env, tiny_params
+from e2e import copy_repo, dvc, env, tiny_params
 
 pytestmark = pytest.mark.slow
 INTENTS = ["card_arrival", "exchange_rate", "lost_or_stolen_card", "pin_blocked", "top_up_failed"]
@@ -47,10 +47,6 @@ def test_five_intents_from_one_csv_flow_through_every_stage(tmp_path):
         "epochs": 1.0, "min_steps": 0, "eval_every_steps": 0}}})
     params["distill"].update(student_layers=[1], by_task={"banking77": {"train": {"epochs": 1.0, "min_steps": 0}}})
     params["prune"].update(head_fraction=0.5, by_task={"banking77": {"recover": True}})
-    # CI time: the benchmark times a few artifacts (the others keep their stage's figures, †)
-    params["benchmark"]["exclude"] = BENCH_EXCLUDE + ["student", "student_int8_torch", "student_bf16",
-                                                      "student_pruned_onnx_int8"]
-    params["inc"]["max_trials"] = 1
     repo = copy_repo(tmp_path / "repo", params)
     dvc(repo, "repro", timeout=1200)
 
