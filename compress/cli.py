@@ -41,10 +41,9 @@ def cmd_env(args) -> None:
     print(json.dumps(environment(), indent=2))
 
 
-def prepare_config(params_path: str, task: str | None, source: str | None, sets: list[str] | None = None,
-                   split_file: tuple[str, str] | None = None):
+def prepare_config(params_path: str, task: str | None, source: str | None, sets: list[str] | None = None):
     """The prepare section of params (the `task` preset applied, default prepare.task) with
-    `source`, `split_file` (split, file name) and `KEY=VALUE` settings over it."""
+    `source` and `KEY=VALUE` settings over it."""
     import yaml
 
     from .config import ConfigError, build, load_params, resolve_preset, task_names
@@ -62,8 +61,6 @@ def prepare_config(params_path: str, task: str | None, source: str | None, sets:
         data[key] = yaml.safe_load(value)
     if source:
         data["source"] = source
-    if split_file:
-        data[split_file[0]] = split_file[1]
     from .data import PrepareConfig
 
     return build(PrepareConfig, data, "prepare")
@@ -175,8 +172,8 @@ def cmd_evaluate(args) -> None:
     from .predict import evaluate, load
 
     loaded = load(args.artifact, args.task, args.target, args.threads)
-    cfg = prepare_config(args.params, loaded.task.name, args.data, args.set,
-                         (args.split, args.file) if args.file else None)
+    sets = (args.set or []) + ([f"{args.split}={args.file}"] if args.file else [])
+    cfg = prepare_config(args.params, loaded.task.name, args.data, sets)
     res = evaluate(loaded, cfg, args.split, max_length=args.max_length)
     print(json.dumps(res, indent=2))
 

@@ -121,7 +121,7 @@ def data_card(task: Task, cfg: PrepareConfig, counts: dict[str, Counter], files:
     entities per type, words per tag and the tag scheme (IOB1/IOB2)."""
     card = {"task": task.name, "kind": task.kind, "labels": list(task.labels),
             "label_names": list(task.label_names), "is_pair": task.is_pair, "source": cfg.source,
-            "files": {s: n for s, n in (("train", cfg.train), ("dev", cfg.dev), ("test", cfg.test)) if n},
+            "files": {s: cfg.split_file(s) for s in ("train", "dev", "test") if cfg.split_file(s)},
             "format": cfg.format, "columns": cfg.kind_columns(), "splits": {}}
     for name, c in counts.items():
         if task.token_level:
@@ -220,6 +220,10 @@ class PrepareConfig:
             check(self.labels is not None and len(self.label_names) == len(self.labels),
                   "label_names needs labels, one name per label in the same order")
 
+    def split_file(self, split: str) -> str | None:
+        """The file (a Hub split name for hub: sources) of `split`: train, dev or test."""
+        return {"train": self.train, "dev": self.dev, "test": self.test}[split]
+
     def kind_columns(self) -> dict[str, str]:
         kind = get_kind(self.kind)
         return {k: self.columns.get(k, default) for k, default in kind.columns.items()}
@@ -233,17 +237,10 @@ def _known_kind(name: str) -> bool:
         return False
 
 
-def _split_source(cfg: PrepareConfig, split: str) -> str | None:
-    name = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}[split]
-    if name is None:
-        return None
-    return f"{cfg.source}[{name}]" if cfg.source.startswith("hub:") else str(Path(cfg.source) / name)
-
-
 def read_raw(cfg: PrepareConfig, split: str) -> tuple[str, Iterator]:
     """(where, raw rows) of one split as written in the source."""
     kind = get_kind(cfg.kind)
-    name = {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}[split]
+    name = cfg.split_file(split)
     if cfg.source.startswith("hub:"):
         return f"{cfg.source}[{name}]", kind.read_hub(cfg.source[4:], name, cfg.revision, cfg.kind_columns())
     path = Path(cfg.source) / name
@@ -291,7 +288,7 @@ def read_split(cfg: PrepareConfig, split: str, task: Task | None = None) -> Iter
     label set of cfg's training split)."""
     if split not in ("train", "dev", "test"):
         raise DataError(f"unknown split '{split}': choose one of train, dev, test")
-    if {"train": cfg.train, "dev": cfg.dev, "test": cfg.test}[split] is None:
+    if cfg.split_file(split) is None:
         raise DataError(f"no {split} file: set prepare.{split} (the {split} file inside prepare.source)")
     return examples(cfg, split, task or label_set(cfg)[0])
 
@@ -307,8 +304,7 @@ def carve(items: list, task: Task, fraction: float, seed: int) -> tuple[list[int
     dev: list[int] = []
     for key in sorted(strata):
         ids = strata[key]
-        k = round(fraction * len(ids))
-        k = min(max(k, 1 if len(ids) >= 2 else 0), len(ids) - 1) if len(ids) >= 2 else 0
+        k = min(max(round(fraction * len(ids)), 1), len(ids) - 1) if len(ids) >= 2 else 0
         dev += rng.sample(ids, k)
     chosen = set(dev)
     return [i for i in range(len(items)) if i not in chosen], sorted(dev)
@@ -343,7 +339,7 @@ def prepare(cfg: PrepareConfig, out_dir: str | Path) -> dict:
             train = list(examples(cfg, "train", task))
             keep, dev_ids = carve(train, task, cfg.dev_fraction, cfg.seed)
             if not dev_ids:
-                raise DataError(f"{_split_source(cfg, 'train')}: too few rows to carve a dev split from")
+                raise DataError(f"{cfg.source}: {cfg.train} has too few rows to carve a dev split from")
             sources = {"train": [train[i] for i in keep], "dev": [train[i] for i in dev_ids]}
             carved = {"from": "train", "fraction": cfg.dev_fraction, "seed": cfg.seed, "rows": len(dev_ids),
                       "row_ids_sha256": hashlib.sha256(json.dumps(dev_ids).encode()).hexdigest()}

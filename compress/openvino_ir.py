@@ -290,7 +290,8 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     scored piece and IGNORE elsewhere (compress.tokens.Encoded.batch_labels)."""
     from .tokens import collate, encode
 
-    train = Prepared.open(prepared_root).split("train")
+    prepared = Prepared.open(prepared_root)
+    train = prepared.split("train")
     order = random.Random(cfg.seed).sample(range(len(train)), len(train))
     calib = order[: cfg.calibration_rows]
     val = order[cfg.calibration_rows: cfg.calibration_rows + cfg.validation_rows] or calib
@@ -298,9 +299,8 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     items = [collate(enc, [j]) for j in range(len(enc))]
     calibration = items[: len(calib)]
     if enc.token_level:
-        tag_names = Prepared.open(prepared_root).task.labels
         validation = [{"inputs": items[k], "tags": enc.batch_labels([k], items[k]["input_ids"].shape[1]),
-                       "tag_names": tag_names}
+                       "tag_names": prepared.task.labels}
                       for k in range(len(calib), len(calib) + len(val))]
     else:
         validation = [{"inputs": items[len(calib) + j], "label": int(enc.labels[len(calib) + j])}

@@ -100,22 +100,20 @@ def detect_task(path: str | Path) -> tuple[Task, str] | None:
         return None
     cfg = _read_json(path / "config.json")
     id2label = cfg.get("id2label") or {}
-    if not cfg.get("task_kind") or not cfg.get("task_labels"):
-        if not id2label:
-            return None
-        # a model this project did not train (or an older one): its head says the kind,
-        # id2label the labels; a pair model cannot be told from a single-text one here
-        arch = (cfg.get("architectures") or [""])[0]
-        cfg = {**cfg, "task_kind": "token_classification" if arch.endswith("ForTokenClassification")
-               else "classification", "task_labels": [id2label[str(i)] for i in range(len(id2label))]}
-    labels = [str(x) for x in cfg["task_labels"]]
     try:
-        names = [str(id2label[str(i)]) for i in range(len(labels))] if id2label else labels
+        names = [str(id2label[str(i)]) for i in range(len(id2label))]
     except KeyError:
-        raise UserError(f"{path / 'config.json'}: id2label does not map class ids 0..{len(labels) - 1}") from None
-    where = str(path / "config.json")
-    task = Task.from_dict({"name": cfg.get("finetuning_task") or path.name, "kind": cfg["task_kind"],
-                           "labels": labels, "label_names": names}, where)
+        raise UserError(f"{path / 'config.json'}: id2label does not map class ids 0..{len(id2label) - 1}") from None
+    # a model this project did not train (or an older one) has no task_kind/task_labels: its
+    # head says the kind, id2label the labels (a pair model cannot be told from a single-text one)
+    arch = (cfg.get("architectures") or [""])[0]
+    kind = cfg.get("task_kind") or ("token_classification" if arch.endswith("ForTokenClassification")
+                                    else "classification")
+    labels = [str(x) for x in cfg.get("task_labels") or names]
+    if not labels:
+        return None
+    task = Task.from_dict({"name": cfg.get("finetuning_task") or path.name, "kind": kind, "labels": labels,
+                           "label_names": names or labels}, str(path / "config.json"))
     return task, "config.json"
 
 

@@ -45,9 +45,6 @@ class TaskKind:
     def metrics(self, num_labels: int) -> tuple[str, ...]:
         raise NotImplementedError
 
-    def metric_label(self, metric: str) -> str:
-        return {"accuracy": "accuracy", "f1": "F1", "macro_f1": "macro-F1"}.get(metric, metric)
-
     def read(self, path, fmt: str | None, columns: dict) -> Iterator:
         raise NotImplementedError
 
@@ -132,10 +129,6 @@ class Task:
     @property
     def primary_metric(self) -> str:
         return self.kind_impl.primary_metric
-
-    @property
-    def primary_label(self) -> str:
-        return self.kind_impl.metric_label(self.primary_metric)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "kind": self.kind, "labels": list(self.labels),

@@ -24,9 +24,6 @@ class TokenClassification(TaskKind):
     def metrics(self, num_labels: int) -> tuple[str, ...]:
         return ("f1", "precision", "recall", "token_accuracy")
 
-    def metric_label(self, metric: str) -> str:
-        return "entity F1" if metric == "f1" else super().metric_label(metric)
-
     def read(self, path, fmt, columns):
         return formats.read_tagged(path, formats.format_of(path, fmt, tagging=True), columns["tokens"],
                                    columns["tags"])
