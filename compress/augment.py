@@ -1,7 +1,7 @@
 """Augment the transfer set: more inputs for the teacher to label (the TinyBERT lesson).
 
 On a small task (MRPC: 3,668 training pairs) a distilled student needs more *inputs*
-labelled by the teacher, not more gold labels. `augment(train, cfg, is_pair)` returns new
+labelled by the teacher, not more gold labels. `augment(train, cfg)` returns new
 rows built only from the training split (never dev rows), deterministic for a seed:
 
 - `swap` (pairs): sentence B, sentence A. MRPC's label is symmetric, so the gold label is
@@ -50,10 +50,14 @@ class AugmentConfig:
         check(self.size == 0 or self.kinds, "size > 0 needs at least one kind in `kinds`")
         check(0 < self.word_prob < 1, f"word_prob must be in (0, 1), got {self.word_prob}")
 
-    def check_task(self, is_pair: bool, task: str) -> None:
-        bad = [k for k in self.kinds if k in PAIR_KINDS and not is_pair]
-        check(not bad, f"augment.kinds {bad} need sentence pairs; task '{task}' has single sentences "
-                       f"(use {', '.join(WORD_KINDS)})")
+    def check_task(self, task) -> None:
+        """Refuse kinds the task's kind cannot take (compress.tasks: `augmentations`)."""
+        if self.size == 0:
+            return
+        ok = task.kind_impl.augmentations
+        bad = [k for k in self.kinds if k not in ok]
+        check(not bad, f"augment.kinds {bad} do not apply to task '{task.name}' ({task.kind}): "
+                       + (f"use {', '.join(ok)}" if ok else "it takes no augmentation; set augment.size to 0"))
 
 
 def _vocabulary(train: list[Example]) -> tuple[list[str], list[int]]:
@@ -89,7 +93,7 @@ def _perturb(text: str, kind: str, rng: random.Random, p: float, vocab: tuple[li
     return " ".join(out)
 
 
-def augment(train: list[Example], cfg: AugmentConfig, is_pair: bool) -> tuple[list[Example], dict[str, int]]:
+def augment(train: list[Example], cfg: AugmentConfig) -> tuple[list[Example], dict[str, int]]:
     """New transfer rows built from `train` (see the module docstring) and their count per
     kind. round(size * len(train)) rows in all, the same number per kind (the remainder
     goes to the first kinds), in kind order. A perturbation that leaves the text unchanged
@@ -115,7 +119,7 @@ def augment(train: list[Example], cfg: AugmentConfig, is_pair: bool) -> tuple[li
                 if other is ex:
                     continue
                 new = Example(ex.text_a, other.text_b, UNLABELLED)
-            elif is_pair and rng.random() < 0.5:
+            elif ex.text_b is not None and rng.random() < 0.5:  # a pair: perturb one side
                 new = Example(ex.text_a, _perturb(ex.text_b, kind, rng, cfg.word_prob, vocab), UNLABELLED)
             else:
                 new = Example(_perturb(ex.text_a, kind, rng, cfg.word_prob, vocab), ex.text_b, UNLABELLED)

@@ -128,21 +128,21 @@ def cmd_predict(args) -> None:
     from .predict import load, parse_lines, predict_stream
 
     loaded = load(args.artifact, args.task, args.target, args.threads)
-    pair = loaded.task.is_pair
+    kind = loaded.task.kind_impl
     with ExitStack() as stack:
         total = None
         if args.texts:
-            lines = args.texts if pair else [t.replace("\n", " ") for t in args.texts]
-            examples = parse_lines(lines, pair, "argument")
+            # an argument is one input: a line break inside it is a space (a pair's TAB stays)
+            examples = parse_lines([t.replace("\n", " ") for t in args.texts], kind, "argument")
         elif args.file:
             path = Path(args.file)
             if not path.is_file():
                 raise UserError(f"{path}: no such input file")
             with open(path, "rb") as f:
                 total = sum(1 for _ in f)  # for the progress bar; the texts are streamed below
-            examples = parse_lines(stack.enter_context(open(path, "rb")), pair, str(path))
+            examples = parse_lines(stack.enter_context(open(path, "rb")), kind, str(path))
         else:
-            examples = parse_lines(sys.stdin.buffer, pair, "<stdin>")
+            examples = parse_lines(sys.stdin.buffer, kind, "<stdin>")
         # Results are printed as each chunk is computed: memory stays flat for any input size.
         for r in predict_stream(loaded, examples, args.batch_size, args.max_length, progress=total is not None,
                                 total=total):

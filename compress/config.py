@@ -115,9 +115,9 @@ def load_params(path: str | Path = "params.yaml") -> dict:
 #   teacher:
 #     max_length: 64
 #     by_task:
-#       mrpc: {max_length: 128, train: {epochs: null, max_steps: 575}}
+#       my_task: {max_length: 128, train: {epochs: null, max_steps: 575}}
 # The active task is `prepare.task`; its block is merged over the section (nested mappings
-# key by key), so `-S prepare.task=mrpc` alone switches every stage to the MRPC recipe.
+# key by key), so `-S prepare.task=my_task` alone switches every stage to that recipe.
 PRESETS_KEY = "by_task"
 
 

@@ -26,6 +26,8 @@ from typing import Callable, Protocol
 import numpy as np
 import torch
 
+from .tokens import unpad
+
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -109,9 +111,7 @@ class GraphCache:
             buf[:rows, :seq].copy_(torch.from_numpy(batch[name]), non_blocking=True)
         self.device.replay(entry.graph)
         self.replays += 1
-        out = entry.out[:rows]
-        if out.ndim == 3:  # a tagger's (batch, seq, tags): the captured shape's padded positions go too
-            out = out[:, :seq]
+        out = unpad(entry.out, rows, seq)  # the captured shape's padded rows (and positions) go
         return out.float().cpu().numpy()  # .cpu() waits for the replay
 
 

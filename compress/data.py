@@ -25,8 +25,8 @@ from typing import Iterable, Iterator
 
 from .config import check
 from .errors import DataError
-from .io import atomic_dir, atomic_write_json
-from .ner import Sentence, card_counts
+from .io import atomic_dir, atomic_write_json, sha256_file
+from .ner import Sentence
 from .tasks.base import Example, Task, get_kind, locate
 
 SPLITS = ("train", "dev")
@@ -36,18 +36,7 @@ __all__ = ["DataError", "Example", "Prepared", "PrepareConfig", "Task", "prepare
 
 
 def json_line(ex: Example | Sentence, task: Task) -> str:
-    if isinstance(ex, Sentence):
-        return json.dumps({"words": list(ex.words), "tags": [task.labels[t] for t in ex.tags]},
-                          ensure_ascii=False) + "\n"
-    return json.dumps({"text_a": ex.text_a, "text_b": ex.text_b, "label": ex.label}, ensure_ascii=False) + "\n"
-
-
-def _count(counts: Counter, ex: Example | Sentence) -> None:
-    """Label counts of a split: rows per label, or words per tag for a tagging task."""
-    if isinstance(ex, Sentence):
-        counts.update(ex.tags)
-    else:
-        counts[ex.label] += 1
+    return json.dumps(task.kind_impl.to_json(ex, task.labels), ensure_ascii=False) + "\n"
 
 
 def write_split(examples: Iterable[Example | Sentence], path: Path, task: Task, max_rows: int | None,
@@ -63,7 +52,7 @@ def write_split(examples: Iterable[Example | Sentence], path: Path, task: Task, 
         with open(path, "w", encoding="utf-8") as f:
             for ex in examples:
                 f.write(json_line(ex, task))
-                _count(counts, ex)
+                task.kind_impl.count(counts, ex)
         return counts
     rng = random.Random(seed)
     keep: list[tuple[int, Example]] = []
@@ -78,17 +67,8 @@ def write_split(examples: Iterable[Example | Sentence], path: Path, task: Task, 
     with open(path, "w", encoding="utf-8") as f:
         for _, ex in keep:
             f.write(json_line(ex, task))
-            _count(counts, ex)
+            task.kind_impl.count(counts, ex)
     return counts
-
-
-def _row(d: dict, tag_id: dict[str, int]) -> Example | Sentence:
-    if "words" in d:
-        words, tags = d["words"], d["tags"]
-        if len(words) != len(tags) or not words:
-            raise ValueError(f"{len(words)} words and {len(tags)} tags")
-        return Sentence(tuple(words), tuple(tag_id[t] for t in tags))
-    return Example(d["text_a"], d["text_b"], int(d["label"]))
 
 
 def read_jsonl(path: str | Path, task: Task) -> list[Example | Sentence]:
@@ -96,23 +76,15 @@ def read_jsonl(path: str | Path, task: Task) -> list[Example | Sentence]:
     if not path.is_file():
         raise DataError(f"{path}: prepared split not found; run the prepare stage first")
     out = []
-    tag_id = {t: i for i, t in enumerate(task.labels)}
+    label_id = {t: i for i, t in enumerate(task.labels)}
+    kind = task.kind_impl
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             try:
-                d = json.loads(line)
-                out.append(_row(d, tag_id))
+                out.append(kind.from_json(json.loads(line), label_id))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
                 raise DataError(f"{path}:{lineno}: malformed prepared row ({e})") from None
     return out
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def data_card(task: Task, cfg: PrepareConfig, counts: dict[str, Counter], files: dict[str, Path]) -> dict:
@@ -124,25 +96,8 @@ def data_card(task: Task, cfg: PrepareConfig, counts: dict[str, Counter], files:
             "files": {s: cfg.split_file(s) for s in ("train", "dev", "test") if cfg.split_file(s)},
             "format": cfg.format, "columns": cfg.kind_columns(), "splits": {}}
     for name, c in counts.items():
-        if task.token_level:
-            from .ner import tag_scheme
-
-            rows = read_jsonl(files[name], task)
-            stats = card_counts(rows, task.labels)
-            card["splits"][name] = {"rows": stats["sentences"], "tokens": stats["tokens"],
-                                    "entities": stats["entities"],
-                                    "tag_counts": {t: c.get(i, 0) for i, t in enumerate(task.labels)},
-                                    "tag_scheme": tag_scheme([task.labels[t] for t in s.tags] for s in rows),
-                                    "sha256": sha256_file(files[name])}
-            continue
-        n = sum(c.values())
-        card["splits"][name] = {
-            "rows": n,
-            "label_counts": {task.label_names[i]: c.get(i, 0) for i in range(task.num_labels)},
-            "label_fraction": {task.label_names[i]: round(c.get(i, 0) / n, 4) if n else 0.0
-                               for i in range(task.num_labels)},
-            "sha256": sha256_file(files[name]),
-        }
+        rows = lambda path=files[name]: read_jsonl(path, task)  # noqa: E731  (read only if the kind needs rows)
+        card["splits"][name] = {**task.kind_impl.split_card(rows, c, task), "sha256": sha256_file(files[name])}
     return card
 
 
@@ -211,8 +166,9 @@ class PrepareConfig:
               "revision pins a Hub dataset; it has no meaning for a local source")
         unknown = sorted(set(self.columns) - set(COLUMN_KEYS))
         check(not unknown, f"unknown columns key(s) {unknown}: the keys are {', '.join(COLUMN_KEYS)}")
-        check(kind.pair or not self.columns.get("text_pair"),
-              f"columns.text_pair names a second text, read by kind pair_classification only (kind is {self.kind})")
+        check("text_pair" in kind.columns or not self.columns.get("text_pair"),
+              f"columns.text_pair names a second text, which kind {self.kind} does not read (its columns: "
+              f"{', '.join(kind.columns)})")
         if self.labels is not None:
             check(len(self.labels) >= 2 and len(set(map(str, self.labels))) == len(self.labels),
                   f"labels must list at least two distinct labels, got {self.labels}")
@@ -315,7 +271,7 @@ def _check_classes(counts: Counter, task: Task, where: str) -> None:
         raise DataError(f"{where} has no rows")
     if len(counts) < 2:
         (only,) = counts
-        unit = "words" if task.token_level else "rows"
+        unit = task.kind_impl.count_unit
         raise DataError(f"{where} holds only the label '{task.label_names[only]}' ({counts[only]} {unit}): a "
                         f"{task.num_labels}-class task needs more than one class in both splits; check the file "
                         "(or the max_*_rows slice)")

@@ -118,22 +118,19 @@ def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, 
     (|logit| < 2048: at most 2^-11 relative) is recorded in meta.json as the largest
     absolute logit error and the largest change it makes to a position's distillation
     loss (KL at temperature 2), so the loss it feeds is known to stay exact enough."""
-    cfg.augment.check_task(prepared.task.is_pair, prepared.task.name)
-    check(not (prepared.task.token_level and cfg.augment.size > 0),
-          f"teacher_logits.augment makes new sentences for classifiers; task '{prepared.task.name}' tags words: "
-          "set augment.size to 0")
+    cfg.augment.check_task(prepared.task)
     torch.set_num_threads(distributed.threads(cfg.threads))
     t0 = time.perf_counter()
     teacher, tokenizer = load_saved(teacher_dir)
     train = prepared.split("train")
-    extra, per_kind = augment(train, cfg.augment, prepared.task.is_pair)
+    extra, per_kind = augment(train, cfg.augment)
     enc = encode(tokenizer, train + extra, cfg.max_length)
     logits = teacher_logits(teacher, enc, cfg.batch_size)
     n_gold = int(enc.offsets[len(train)])  # scored positions of the train rows (all of them)
     agree = float((logits[:n_gold].argmax(-1) == enc.labels[:n_gold]).mean())
     meta = {"rows": len(enc), "max_length": cfg.max_length, "data_sha256": prepared.sha256("train"),
             "teacher_train_accuracy": round(agree, 6)}
-    if enc.token_level:
+    if prepared.task.kind_impl.half_cache:
         meta["positions"] = len(logits)
         logits, meta["storage"] = _half(logits)
     if cfg.augment.size > 0:  # an unaugmented cache keeps today's meta.json byte for byte

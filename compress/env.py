@@ -89,14 +89,21 @@ def gpu_info() -> dict:
             "cuda_version": torch.version.cuda, "gpu_count": torch.cuda.device_count()}
 
 
-def library_versions() -> dict:
-    out = {"python": platform.python_version()}
-    for name in LIBRARIES:
+def versions(*dists: str) -> dict[str, str]:
+    """Installed versions of the named distributions (PyPI names), those not installed left
+    out: what an artifact's metadata records of the libraries that built it."""
+    out = {}
+    for name in dists:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
-            out[name] = None
+            pass
     return out
+
+
+def library_versions() -> dict:
+    found = versions(*LIBRARIES)
+    return {"python": platform.python_version(), **{name: found.get(name) for name in LIBRARIES}}
 
 
 def environment(threads: int | None = None) -> dict:

@@ -86,7 +86,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import importlib.metadata
 import json
 import logging
 import math
@@ -101,6 +100,7 @@ import torch
 
 from .config import check
 from .errors import UserError
+from .env import versions as env_versions
 from .io import atomic_dir
 
 APPROACHES = ("dynamic", "static")
@@ -186,13 +186,7 @@ def _inc():
 
 
 def versions() -> dict[str, str]:
-    out = {"torch": torch.__version__}
-    for dist in ("neural-compressor-pt", "neural-compressor", "torchao", "transformers"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
+    return env_versions("torch", "neural-compressor-pt", "neural-compressor", "torchao", "transformers")
 
 
 # --- the quantized model -----------------------------------------------------------------

@@ -3,6 +3,7 @@ end, so a stage that fails or is killed never leaves a half-written artifact tha
 later stage (or `dvc repro`) would take as valid."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -87,3 +88,12 @@ def replace_block(path: str | Path, start: str, end: str, text: str) -> bool:
     if new != content:
         atomic_write_text(path, new)
     return new != content
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

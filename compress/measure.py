@@ -39,8 +39,9 @@ from pathlib import Path
 import numpy as np
 
 from .config import check
-from .data import Prepared, sha256_file
-from .metrics import entity_metrics_of, task_ci95, task_metrics
+from .data import Prepared
+from .io import sha256_file
+from .metrics import task_ci95, task_metrics
 from .report import HEADLINE_LATENCY, HEADLINE_THROUGHPUT, LatencyPoint, Record
 from .runners import Artifact, cuda_unavailable, skip_reason
 
@@ -262,11 +263,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     predictions = logits.argmax(axis=1)
     # 95% bootstrap intervals of every metric the task reports, at a fixed seed (reproducible)
     intervals = task_ci95(task, enc, predictions) if len(enc) else {}
-    tagging = {}
-    if enc.token_level:
-        m = entity_metrics_of(enc, predictions, task.labels)
-        tagging = {"token_accuracy": round(m["token_accuracy"], 6),
-                   "f1_per_type": {k: round(v, 6) for k, v in m["f1_per_type"].items()}}
+    details = task.kind_impl.details(task, enc, predictions)
     agreement = None
     if parent_predictions is not None:
         if len(parent_predictions) != len(predictions):
@@ -291,7 +288,8 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         artifact=artifact.name, target=target, status="ok", reason=None,
         backend=runner.backend, format=artifact.format, precision=artifact.precision,
         task=prepared.task.name, primary_metric=task.primary_metric, accuracy=metrics.get("accuracy"),
-        f1=metrics.get("f1"), macro_f1=metrics.get("macro_f1"), metrics=dict(metrics), **intervals, **tagging,
+        f1=metrics.get("f1"), macro_f1=metrics.get("macro_f1"), metrics=dict(metrics), **intervals,
+        token_accuracy=metrics.get("token_accuracy"), f1_per_type=details.get("f1_per_type"),
         eval_rows=len(enc), parent=artifact.parent, agreement_with_parent=agreement,
         size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
         num_params=int(runner.num_params),

@@ -132,12 +132,15 @@ def ci95_fields(pred, labels, names: tuple[str, ...], num_classes: int | None = 
 
 def task_metrics(task, enc, logits: np.ndarray) -> dict[str, float]:
     """The task's scalar dev metrics (task.metrics) from `logits` (positions, labels) of
-    every scored position of `enc` in row order: accuracy/F1 of rows for a classifier;
-    entity F1, precision, recall and word tag accuracy for a tagger (compress.ner)."""
-    if not enc.token_level:
-        return classification_metrics(logits, enc.labels, task.metrics)
-    m = entity_metrics_of(enc, np.asarray(logits).argmax(-1), task.labels)
-    return {k: round(float(m[k]), 6) for k in task.metrics}
+    every scored position of `enc` in row order; the task's kind computes them
+    (compress.tasks: accuracy and F1 of rows for a classifier, entity F1 for a tagger)."""
+    return task.kind_impl.score(task, enc, logits)
+
+
+def task_ci95(task, enc, pred: np.ndarray) -> dict[str, float]:
+    """95% bootstrap intervals of the task's primary metrics from the predicted label of
+    every scored position (the task's kind says how rows are resampled)."""
+    return task.kind_impl.intervals(task, enc, np.asarray(pred))
 
 
 def entity_metrics_of(enc, pred: np.ndarray, tag_names) -> dict:
@@ -148,19 +151,15 @@ def entity_metrics_of(enc, pred: np.ndarray, tag_names) -> dict:
     return entity_metrics(enc.word_tags, [r.tolist() for r in enc.rows(np.asarray(pred))], tag_names)
 
 
-def task_ci95(task, enc, pred: np.ndarray) -> dict[str, float]:
-    """95% bootstrap intervals of the primary metrics. A classifier: every metric over
-    resampled rows (ci95_fields). A tagger: entity F1 over resampled sentences (entities
-    of one sentence are not independent draws), from per-sentence counts of true
-    positives, gold and predicted entities, the same way bootstrap_ci does rows."""
-    pred = np.asarray(pred)
-    if not enc.token_level:
-        return ci95_fields(pred, enc.labels, task.metrics, task.num_labels)
+def entity_f1_ci95(enc, pred: np.ndarray, tag_names) -> dict[str, float]:
+    """95% bootstrap interval of entity F1 over resampled sentences (entities of one
+    sentence are not independent draws), from per-sentence counts of true positives, gold
+    and predicted entities, the same way bootstrap_ci does rows."""
     from .ner import entity_counts
 
     per_row = np.zeros((len(enc), 3), dtype=np.int64)  # tp, gold, predicted entities
-    for i, (gold, p) in enumerate(zip(enc.word_tags, enc.rows(pred))):
-        per_row[i] = entity_counts(gold, p.tolist(), task.labels)  # cut words count as O
+    for i, (gold, p) in enumerate(zip(enc.word_tags, enc.rows(np.asarray(pred)))):
+        per_row[i] = entity_counts(gold, p.tolist(), tag_names)  # cut words count as O
     n = len(per_row)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     values = []

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 
 from .config import check
-from .data import Prepared, sha256_file
+from .data import Prepared
 from .errors import UserError
-from .io import atomic_dir
+from .io import atomic_dir, sha256_file
 from .tokens import collate, encode
 
 INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
@@ -188,31 +188,12 @@ def torch_logits(model, batch: dict[str, np.ndarray]) -> np.ndarray:
         return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.float().numpy()
 
 
-def real_tokens(logits: np.ndarray, batch: dict[str, np.ndarray]) -> np.ndarray:
-    """A classifier's logits (batch, labels) as they are; a tagger's (batch, seq, tags) at
-    the real tokens only (attention_mask 1), (tokens, tags): what a padding position
-    outputs is never used, so it is not compared either."""
-    if logits.ndim == 2:
-        return logits
-    return logits[batch["attention_mask"] == 1]
-
-
 def parity(session, model, batches: list[dict[str, np.ndarray]]) -> dict:
-    """Max |logit difference| per shape between ONNX Runtime and PyTorch, and argmax
-    agreement: per row for a classifier, per real token for a tagger (`real_tokens`)."""
-    per_shape, agree, total, tagger = {}, 0, 0, False
-    for batch in batches:
-        a, b = run_session(session, batch), torch_logits(model, batch)
-        tagger = a.ndim == 3
-        a, b = real_tokens(a, batch), real_tokens(b, batch)
-        bsz, seq = batch["input_ids"].shape
-        per_shape[f"b{bsz}_s{seq}"] = float(np.abs(a - b).max())
-        agree += int((a.argmax(1) == b.argmax(1)).sum())
-        total += len(a)  # rows, or real tokens
-    out = {"max_abs_diff": max(per_shape.values()), "per_shape": per_shape, "argmax_agreement": agree / total}
-    if tagger:  # what the agreement is a share of
-        out["real_tokens"] = total
-    return out
+    """ONNX Runtime against PyTorch on the same batches (compress.parity.compare: max |logit
+    difference| overall and per shape, argmax agreement per row or per real token)."""
+    from .parity import compare
+
+    return compare(lambda b: torch_logits(model, b), lambda b: run_session(session, b), batches)
 
 
 def export_onnx(model_dir: str | Path, out_dir: str | Path, cfg: ExportConfig, prepared: Prepared,

@@ -52,9 +52,8 @@ from pathlib import Path
 import numpy as np
 
 from .config import check
-from .data import sha256_file
 from .errors import UserError
-from .io import atomic_dir
+from .io import atomic_dir, sha256_file
 from .onnx_export import check_onnx_file, count_initializer_params, cpu_session, op_counts
 
 GROUPS = ("embeddings", "attention", "ffn", "pooler", "classifier", "layernorm")

@@ -42,8 +42,8 @@ stored as, for the summary and the tests.
 
 Parity: each IR runs real dev batches through the runner (the exact runtime configuration
 that is measured) beside ONNX Runtime FP32 on the plain export; max |logit difference| and
-argmax agreement are recorded per IR; only FP32 is gated. A tagger's logits are compared
-at every real token (attention_mask 1), compress.onnx_export.real_tokens.
+argmax agreement are recorded per IR (compress.parity); only FP32 is gated. A tagger's
+logits are compared at every real token (attention_mask 1).
 
 Runtime (`OpenVinoRunner`): one compiled model per artifact with dynamic batch and sequence
 axes (the CPU plugin caches per-shape kernels), INFERENCE_NUM_THREADS pinned to the
@@ -64,9 +64,10 @@ from pathlib import Path
 import numpy as np
 
 from .config import check
-from .data import Prepared, sha256_file
+from .data import Prepared
+from .env import versions as env_versions
 from .errors import UserError
-from .io import atomic_dir, atomic_write_json
+from .io import atomic_dir, atomic_write_json, sha256_file
 
 IR_XML = "model.xml"
 IR_BIN = "model.bin"
@@ -131,16 +132,7 @@ class OpenVinoConfig:
 
 
 def versions() -> dict[str, str]:
-    import openvino as ov
-
-    out = {"openvino": ov.get_version()}
-    try:
-        import nncf
-
-        out["nncf"] = nncf.__version__
-    except ImportError:
-        pass
-    return out
+    return env_versions("openvino", "nncf")
 
 
 # --- runtime settings --------------------------------------------------------------------
@@ -285,9 +277,9 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     summary says so). Each row is one item (batch 1, its own length): NNCF collects
     statistics per item, and batch-1 items are the per-sample metric accuracy control ranks by.
 
-    Returns (calibration inputs, validation items, a description). A classifier's items are
-    {"inputs", "label"}; a tagger's {"inputs", "tags"}, tags (1, seq) the gold tag of each
-    scored piece and IGNORE elsewhere (compress.tokens.Encoded.batch_labels)."""
+    Returns (calibration inputs, validation items, a description). Items are {"inputs",
+    "gold", "task"}: gold the row's label (1,) for a classifier, (1, seq) for a tagger the
+    gold tag of each scored piece and IGNORE elsewhere (compress.tokens.Encoded.batch_labels)."""
     from .tokens import collate, encode
 
     prepared = Prepared.open(prepared_root)
@@ -298,13 +290,9 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     enc = encode(tokenizer, [train[i] for i in calib + val], cfg.max_length)
     items = [collate(enc, [j]) for j in range(len(enc))]
     calibration = items[: len(calib)]
-    if enc.token_level:
-        validation = [{"inputs": items[k], "tags": enc.batch_labels([k], items[k]["input_ids"].shape[1]),
-                       "tag_names": prepared.task.labels}
-                      for k in range(len(calib), len(calib) + len(val))]
-    else:
-        validation = [{"inputs": items[len(calib) + j], "label": int(enc.labels[len(calib) + j])}
-                      for j in range(len(val))]
+    # gold: the row's label (1,), or a tagger's tag per piece (1, seq), IGNORE off the scored pieces
+    validation = [{"inputs": items[k], "gold": enc.batch_labels([k], items[k]["input_ids"].shape[1]),
+                   "task": prepared.task} for k in range(len(calib), len(calib) + len(val))]
     info = {"split": "train", "train_rows": len(train), "calibration_rows": len(calib), "validation_rows": len(val),
             "validation_overlaps_calibration": val is calib, "seed": cfg.seed}
     return calibration, validation, info
@@ -316,28 +304,26 @@ def _feed(request_inputs: list[str], batch: dict[str, np.ndarray]) -> dict[str, 
 
 def validate(compiled, items) -> tuple[float, list[float]]:
     """NNCF's validation_fn contract: the metric over the validation items and one value
-    per item. Classifier items ("label"): accuracy, and 1/0 per item. Tagger items ("tags"):
-    entity F1 over the items' kept words, and per item the share of its words tagged right
-    (a sentence whose words were all cut by truncation scores 1: it has nothing to lose)."""
-    from .ner import IGNORE, entity_metrics
+    per item. The metric is the task kind's validation metric (accuracy of rows for a
+    classifier, entity F1 over the kept words for a tagger: compress.tasks); per item the
+    share of its scored positions predicted right (1/0 for a classifier's row; a sentence
+    whose words were all cut by truncation scores 1: it has nothing to lose)."""
+    from .ner import IGNORE
 
     names = [i.any_name for i in compiled.inputs]
     request = compiled.create_infer_request()
-    correct, gold, pred, tag_names = [], [], [], None
-    for item in items:
+    per_item, gold, pred, task = [], [], [], None
+    for item in items:  # NNCF passes an iterable, not a list
+        task = item["task"]
         logits = request.infer(_feed(names, item["inputs"]))[compiled.output(0)]
-        if "tags" in item:  # (1, seq, tags): the scored pieces only
-            keep = item["tags"] != IGNORE
-            g, p = item["tags"][keep], np.argmax(logits[keep], -1)
-            gold.append(g.tolist())
-            pred.append(p.tolist())
-            correct.append(float((g == p).mean()) if len(g) else 1.0)
-            tag_names = item["tag_names"]
-            continue
-        correct.append(float(int(np.argmax(logits[0])) == item["label"]))
-    if gold:
-        return float(entity_metrics(gold, pred, tag_names)["f1"]), correct
-    return (float(np.mean(correct)) if correct else 0.0), correct
+        keep = item["gold"] != IGNORE  # (1,) or (1, seq): the scored positions
+        g, p = item["gold"][keep], np.argmax(logits[keep], -1)
+        gold.append(g.tolist())
+        pred.append(p.tolist())
+        per_item.append(float((g == p).mean()) if len(g) else 1.0)
+    if task is None:
+        return 0.0, per_item
+    return float(task.kind_impl.validation_metric(gold, pred, task.labels)), per_item
 
 
 # --- the verbs ---------------------------------------------------------------------------
@@ -410,7 +396,7 @@ def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoCo
                       parity_batches: list[dict[str, np.ndarray]] | None = None, data_info: dict | None = None) -> dict:
     """The `quantize` verb: INT8 IR in out_dir from the FP32 IR in fp32_dir.
 
-    calibration: input batches (training rows); validation: {"inputs", "label"} items
+    calibration: input batches (training rows); validation: {"inputs", "gold", "task"} items
     (other training rows). Plain PTQ first; accuracy-controlled quantization when its
     relative accuracy drop on `validation` exceeds cfg.accuracy_control_max_drop (or
     always/never, per cfg.accuracy_control)."""
@@ -453,8 +439,8 @@ def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoCo
     summary["approach"] = "accuracy_control" if cfg.accuracy_control == "always" else "ptq"
     summary["validation"] = {"rows": len(validation), "accuracy_fp32": acc["fp32"],
                              "accuracy_int8": acc["int8"], "relative_drop": round(drop, 6)}
-    if validation and "tags" in validation[0]:  # a tagger's items: see `validate`
-        summary["validation"]["metric"] = "entity_f1"
+    if validation:  # what `validate` scored (the task kind's validation metric)
+        summary["validation"]["metric"] = validation[0]["task"].kind_impl.validation_metric_name
     if cfg.accuracy_control == "auto" and drop > cfg.accuracy_control_max_drop:
         summary["ptq_validation"] = dict(summary["validation"])
         t0 = time.perf_counter()
@@ -500,37 +486,19 @@ def build_openvino(onnx_dir: str | Path, fp32_dir: str | Path, int8_dir: str | P
 
 def parity_check(ir_dir: str | Path, precision: str, onnx_path: str | Path,
                  batches: list[dict[str, np.ndarray]], threads: int) -> dict:
-    """The IR run as `precision` by the runner vs ONNX Runtime FP32 on onnx_path: max
-    |logit difference| (overall and per shape) and argmax agreement, per row for a
-    classifier, per real token for a tagger (onnx_export.real_tokens; their count is
-    `real_tokens`)."""
+    """The IR run as `precision` by the runner vs ONNX Runtime FP32 on onnx_path
+    (compress.parity.compare), with the runner's backend."""
     from tqdm.auto import tqdm
 
-    from .onnx_export import cpu_session, real_tokens, run_session
+    from .onnx_export import cpu_session, run_session
+    from .parity import compare
     from .runners import Artifact
 
     ir_dir = Path(ir_dir)
     runner = OpenVinoRunner(Artifact(ir_dir.name, ir_dir, "openvino", precision), "cpu", threads)
     session = cpu_session(onnx_path, threads)
-    per_shape, agree, rows, compared, tagger = {}, 0, 0, 0, False
-    for batch in tqdm(batches, desc=f"{ir_dir.name}/{precision} parity", unit="batch", leave=False):
-        ref, got = run_session(session, batch), runner(batch)
-        tagger = ref.ndim == 3
-        ref, got = real_tokens(ref, batch), real_tokens(got, batch)
-        bsz, seq = batch["input_ids"].shape
-        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
-        key = f"b{bsz}_s{seq}"
-        per_shape[key] = max(per_shape.get(key, 0.0), float(diff.max()) if np.isfinite(diff).all() else float("inf"))
-        agree += int((got.argmax(1) == ref.argmax(1)).sum())
-        rows += bsz
-        compared += len(got)  # rows, or real tokens
-    if rows == 0:
-        raise UserError("parity_check needs at least one non-empty batch")
-    out = {"max_abs_diff": max(per_shape.values()), "per_shape": per_shape, "argmax_agreement": agree / compared,
-           "rows": rows, "backend": runner.backend}
-    if tagger:
-        out["real_tokens"] = compared
-    return out
+    bar = tqdm(batches, desc=f"{ir_dir.name}/{precision} parity", unit="batch", leave=False)
+    return {**compare(lambda b: run_session(session, b), runner, bar), "backend": runner.backend}
 
 
 # --- runner ------------------------------------------------------------------------------

@@ -163,8 +163,9 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
     return Loaded(runner, found, list(found.label_names), meta)
 
 
-def parse_lines(lines: Iterable[bytes | str], pair: bool, source: str) -> Iterator[Example]:
-    """One text per line, or `text_a<TAB>text_b` for pair tasks; errors name the line."""
+def parse_lines(lines: Iterable[bytes | str], kind, source: str) -> Iterator[Example]:
+    """One input per line, as the task kind reads it (`TaskKind.input_example`: a text, or
+    `text_a<TAB>text_b` for pair tasks); errors name the line."""
     for n, raw in enumerate(lines, 1):
         if isinstance(raw, bytes):
             try:
@@ -174,14 +175,7 @@ def parse_lines(lines: Iterable[bytes | str], pair: bool, source: str) -> Iterat
         line = raw.rstrip("\r\n").lstrip("\ufeff") if n == 1 else raw.rstrip("\r\n")
         if not line.strip():
             continue  # blank lines separate nothing here; skip them
-        if pair:
-            parts = line.split("\t")
-            if len(parts) != 2:
-                raise UserError(f"{source}:{n}: this task takes sentence pairs, one `text_a<TAB>text_b` per "
-                                f"line; found {len(parts)} field(s)")
-            yield Example(parts[0], parts[1], -1)
-        else:
-            yield Example(line, None, -1)
+        yield kind.input_example(line, f"{source}:{n}")
 
 
 def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_length: int = 128,
@@ -195,7 +189,7 @@ def evaluate(loaded: Loaded, cfg, split: str = "dev", batch_size: int = 64, max_
     the model does not know is an error naming file and line): the task's metrics, and for
     a tagger entities and F1 per entity type."""
     from .data import read_split
-    from .metrics import entity_metrics_of, task_metrics
+    from .metrics import task_metrics
     from .tokens import encode, eval_batches, position_logits
 
     examples = list(read_split(cfg, split, loaded.task))
@@ -205,7 +199,4 @@ def evaluate(loaded: Loaded, cfg, split: str = "dev", batch_size: int = 64, max_
     logits = position_logits(enc, eval_batches(enc.lengths(), batch_size), loaded.runner, loaded.runner.num_labels)
     out = {"rows": len(enc), "source": cfg.source, "split": split, "task": loaded.task.name,
            **task_metrics(loaded.task, enc, logits)}
-    if enc.token_level:
-        m = entity_metrics_of(enc, logits.argmax(-1), loaded.task.labels)
-        out.update(entities=m["entities"], f1_per_type={k: round(v, 6) for k, v in m["f1_per_type"].items()})
-    return out
+    return {**out, **loaded.task.kind_impl.details(loaded.task, enc, logits.argmax(-1))}

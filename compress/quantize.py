@@ -64,8 +64,6 @@ bit-identical logits to the one that was saved (tests check it).
 from __future__ import annotations
 
 import copy
-import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -79,7 +77,8 @@ from transformers import BertConfig
 
 from .config import check
 from .errors import UserError
-from .io import atomic_dir
+from .env import versions
+from .io import atomic_dir, sha256_file
 from .models import HEADS, head_class, kind_of, load_saved, load_tokenizer
 
 # Module groups of a BertForSequenceClassification or BertForTokenClassification (which has
@@ -234,13 +233,7 @@ def quantize(model: torch.nn.Module, cfg: QuantizeConfig) -> torch.nn.Module:
 # --- storage -----------------------------------------------------------------------------
 
 def _versions() -> dict[str, str]:
-    out = {"torch": torch.__version__}
-    for dist in ("torchao", "transformers"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
+    return versions("torch", "torchao", "transformers")
 
 
 def _probe(config) -> dict[str, torch.Tensor]:
@@ -249,14 +242,6 @@ def _probe(config) -> dict[str, torch.Tensor]:
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _int8_tensors(name: str, weight) -> dict[str, torch.Tensor]:
@@ -310,7 +295,7 @@ def save_dynamic_int8(qmodel: torch.nn.Module, tokenizer, out_dir: str | Path, r
         config_with_head(qmodel).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        meta["sha256"] = {"model.safetensors": _sha256(tmp / "model.safetensors")}
+        meta["sha256"] = {"model.safetensors": sha256_file(tmp / "model.safetensors")}
         (tmp / "quantization.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
@@ -337,7 +322,7 @@ def load_dynamic_int8(path: str | Path) -> tuple[torch.nn.Module, object, dict]:
     want = meta.get("sha256", {}).get("model.safetensors")
     if not st.is_file():
         raise FileNotFoundError(f"{st}: missing")
-    if _sha256(st) != want:
+    if sha256_file(st) != want:
         raise UserError(f"{st}: sha256 does not match the one in quantization.json; the file changed "
                          "after it was written (re-run the quantize stage)")
     config = BertConfig.from_pretrained(path)

@@ -35,8 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .config import check
-from .data import sha256_file
-from .io import atomic_dir
+from .io import atomic_dir, sha256_file
 from .report import _pct_ci, has_interval, primary_metric
 from .runners import artifact_dir
 

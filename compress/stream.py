@@ -43,38 +43,31 @@ def predict_stream(loaded: Loaded, examples: Iterable[Example], batch_size: int 
     tokens are truncated by the tokenizer. Raises UserError when there is no input."""
     from tqdm.auto import tqdm
 
-    from .tokens import collate, encode, eval_batches
-
     bar = tqdm(total=total, desc="predict", unit="text", disable=not progress, file=sys.stderr)
     seen = 0
-    if loaded.task.token_level:
-        for part in _chunks(examples, 4096):
-            yield from tag_texts(loaded, [_text_of(ex) for ex in part], batch_size, max_length)
-            bar.update(len(part))
-            seen += len(part)
-    for part in _chunks(examples if not loaded.task.token_level else [], 4096):
-        enc = encode(loaded.runner.tokenizer, part, max_length)  # longer texts are truncated
-        logits = np.zeros((len(part), loaded.runner.num_labels), dtype=np.float32)
-        for idx in eval_batches(enc.lengths(), batch_size):
-            logits[idx] = loaded.runner(collate(enc, idx))
-            bar.update(len(idx))
-        z = logits - logits.max(axis=1, keepdims=True)
-        probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-        for ex, p in zip(part, probs):
-            k = int(p.argmax())
-            yield {"text": ex.text_a if ex.text_b is None else [ex.text_a, ex.text_b],
-                   "label": loaded.label_names[k],
-                   "probabilities": {n: round(float(v), 6) for n, v in zip(loaded.label_names, p)}}
+    for part in _chunks(examples, 4096):
+        yield from loaded.task.kind_impl.predict(loaded, part, batch_size, max_length)
+        bar.update(len(part))
         seen += len(part)
     bar.close()
     if not seen:
         raise UserError("no input texts: give texts as arguments, --file FILE, or lines on standard input")
 
 
-def _text_of(ex) -> str:
-    """Raw text to tag: a line of input, or a prepared sentence's words joined by spaces
-    (the dev-stream measurement tags the dev split the way users' text is tagged)."""
-    return ex.text_a if isinstance(ex, Example) else " ".join(ex.words)
+def classify_rows(loaded: Loaded, examples: list[Example], batch_size: int, max_length: int) -> list[dict]:
+    """Label and probability of every label for each row (a text or a text pair)."""
+    from .tokens import collate, encode, eval_batches
+
+    enc = encode(loaded.runner.tokenizer, examples, max_length)  # longer texts are truncated
+    logits = np.zeros((len(examples), loaded.runner.num_labels), dtype=np.float32)
+    for idx in eval_batches(enc.lengths(), batch_size):
+        logits[idx] = loaded.runner(collate(enc, idx))
+    z = logits - logits.max(axis=1, keepdims=True)
+    probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    return [{"text": ex.text_a if ex.text_b is None else [ex.text_a, ex.text_b],
+             "label": loaded.label_names[int(p.argmax())],
+             "probabilities": {n: round(float(v), 6) for n, v in zip(loaded.label_names, p)}}
+            for ex, p in zip(examples, probs)]
 
 
 def tag_texts(loaded: Loaded, texts: list[str], batch_size: int, max_length: int) -> list[dict]:

@@ -48,12 +48,12 @@ import numpy as np
 import torch
 
 from .config import check
-from .data import sha256_file
 from .errors import UserError
-from .io import atomic_dir, atomic_write_json
+from .io import atomic_dir, atomic_write_json, sha256_file
 from .models import load_tokenizer
 from .onnx_export import count_initializer_params
 from .runners import Artifact, cuda_unavailable
+from .tokens import unpad
 
 PRECISIONS = ("fp16", "int8")
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # each (batch, seq) int64
@@ -505,13 +505,6 @@ def _torch_dtype(trt, dtype) -> torch.dtype:
     return table[dtype]
 
 
-def unpad_logits(logits, rows: int, seq: int, token_level: bool):
-    """Drop what TrtRunner._fit added to reach the profile's min shape: the copied rows,
-    and for a tagger's (batch, seq, tags) also the padded positions (a classifier's
-    (batch, labels) has no seq axis to cut)."""
-    return logits[:rows, :seq] if token_level else logits[:rows]
-
-
 class TrtRunner:
     """A TensorRT engine on the GPU (the runner interface of compress.runners).
 
@@ -559,7 +552,7 @@ class TrtRunner:
         if len(out_shape) not in (2, 3):
             raise RuntimeError(f"{path / ENGINE_FILE}: output {self._output} has shape {tuple(out_shape)}; expected "
                                "(batch, labels) or a tagger's (batch, seq, tags)")
-        self._token_level = len(out_shape) == 3
+        self._out_rank = len(out_shape)  # 2: (batch, labels); 3: a tagger's (batch, seq, tags)
         labels = out_shape[len(out_shape) - 1]
         if labels <= 0:
             labels = meta.get("num_labels") or len(json.loads((path / "config.json").read_text())["id2label"])
@@ -580,8 +573,7 @@ class TrtRunner:
             raise ValueError(f"sequence length {seq} exceeds this engine's max_shape seq {self._max[1]} "
                              "(rebuild with a larger tensorrt.max_shape)")
         if n == 0:
-            shape = (0, seq, self.num_labels) if self._token_level else (0, self.num_labels)
-            return np.zeros(shape, dtype=np.float32)
+            return np.zeros((0, seq)[: self._out_rank - 1] + (self.num_labels,), dtype=np.float32)
         step = self._max[0]
         if n <= step:
             return self._run(batch)
@@ -606,7 +598,8 @@ class TrtRunner:
 
     def _run(self, batch: dict[str, np.ndarray]) -> np.ndarray:
         n, seq = batch["input_ids"].shape
-        return unpad_logits(self._execute(self._fit(batch)), n, seq, self._token_level)
+        # drop what _fit added to reach the profile's min shape: copied rows, padded positions
+        return unpad(self._execute(self._fit(batch)), n, seq)
 
     @torch.inference_mode()
     def _execute(self, batch: dict[str, np.ndarray]) -> np.ndarray:
@@ -636,30 +629,13 @@ class TrtRunner:
 
 # --- parity against ONNX Runtime ---------------------------------------------------------
 
-def compared_logits(got: np.ndarray, ref: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The logits a parity check compares, (n, labels) each: a classifier's rows as they
-    are; a tagger's (batch, seq, tags) at its real tokens only (attention_mask 1), since
-    what a padded position outputs is never used and may differ freely."""
-    if got.shape != ref.shape:
-        raise ValueError(f"logits of shape {got.shape} vs the reference's {ref.shape}")
-    if got.ndim == 2:
-        return got, ref
-    if got.ndim != 3:
-        raise ValueError(f"logits of shape {got.shape}: expected (batch, labels) or (batch, seq, tags)")
-    mask = batch.get("attention_mask")
-    real = np.ones(got.shape[:2], dtype=bool) if mask is None else np.asarray(mask) != 0
-    if real.shape != got.shape[:2]:
-        raise ValueError(f"attention_mask of shape {real.shape} does not match the logits' (batch, seq) "
-                         f"{got.shape[:2]}")
-    return got[real], ref[real]
-
-
 def parity_check(engine_dir: str | Path, onnx_path: str | Path, batches: Iterable[dict[str, np.ndarray]],
                  atol: float) -> dict:
-    """Compare the engine's logits with ONNX Runtime CPU FP32 on the FP32 export: every
-    row of a classifier, every real token of a tagger (`positions` counts them; the
-    argmax agreement is then per token)."""
+    """The engine's logits against ONNX Runtime CPU FP32 on the FP32 export
+    (compress.parity.compare, gated at `atol`)."""
     import onnxruntime as ort
+
+    from .parity import compare
 
     engine_dir = Path(engine_dir)
     meta = load_engine_meta(engine_dir)
@@ -667,27 +643,11 @@ def parity_check(engine_dir: str | Path, onnx_path: str | Path, batches: Iterabl
                                 precision=meta["precision"]), "gpu", threads=1)
     session = ort.InferenceSession(str(resolve_onnx(onnx_path)), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
-    max_diff, agree, rows, positions, token_level = 0.0, 0, 0, 0, False
-    for batch in batches:
-        if len(batch["input_ids"]) == 0:
-            continue
-        ref = session.run(None, {k: np.asarray(v, dtype=np.int64) for k, v in batch.items() if k in names})[0]
-        rows += len(ref)
-        token_level = ref.ndim == 3
-        got, ref = compared_logits(runner(batch), ref, batch)
-        if len(ref) == 0:  # a tagger batch of padding only
-            continue
-        diff = np.abs(got.astype(np.float64) - ref.astype(np.float64))
-        max_diff = max(max_diff, float(diff.max()) if np.isfinite(diff).all() else float("inf"))
-        agree += int((got.argmax(axis=1) == ref.argmax(axis=1)).sum())
-        positions += len(ref)
-    if positions == 0:
-        raise UserError("parity_check needs at least one non-empty batch")
-    result = {"max_abs_diff": max_diff, "atol": atol, "passed": bool(max_diff <= atol),
-              "argmax_agreement": agree / positions, "rows": rows}
-    if token_level:
-        result["positions"] = positions
-    return result
+
+    def reference(batch):
+        return session.run(None, {k: np.asarray(v, dtype=np.int64) for k, v in batch.items() if k in names})[0]
+
+    return compare(reference, runner, batches, atol)
 
 
 # --- all engines of a stage --------------------------------------------------------------

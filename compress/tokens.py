@@ -21,46 +21,60 @@ from .ner import IGNORE, Sentence, align
 
 @dataclass
 class Encoded:
-    """Unpadded token ids of a split; row i is example i."""
+    """Unpadded token ids of a row-scored split (one scored position per row, its logits
+    row); row i is example i."""
     input_ids: list[list[int]]
     token_type_ids: list[list[int]]
     labels: np.ndarray  # (positions,) int64: the gold label of every scored position, row order
     pad_id: int
-    # Tagging only: per piece, the word's tag on its first piece and IGNORE elsewhere, and
-    # the gold tags of every word (kept or cut by truncation, which the metric counts).
-    piece_labels: list[list[int]] | None = None
-    word_tags: list[tuple[int, ...]] | None = None
     offsets: np.ndarray = field(init=False, repr=False)  # (rows + 1,) row i: offsets[i]:offsets[i+1]
 
     def __post_init__(self):
-        if self.piece_labels is None:
-            self.offsets = np.arange(len(self.input_ids) + 1)
-        else:
-            counts = [sum(x != IGNORE for x in row) for row in self.piece_labels]
-            self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.offsets = np.arange(len(self.input_ids) + 1)
 
     def __len__(self) -> int:
         return len(self.input_ids)
-
-    @property
-    def token_level(self) -> bool:
-        return self.piece_labels is not None
 
     def lengths(self) -> list[int]:
         return [len(x) for x in self.input_ids]
 
     def positions(self, idx) -> np.ndarray:
         """Indices of rows `idx`'s scored positions, in the order `scored` returns them."""
-        if not self.token_level:
-            return np.asarray(idx, dtype=np.int64)
+        return np.asarray(idx, dtype=np.int64)
+
+    def batch_labels(self, idx, seq: int | None = None) -> np.ndarray:
+        """Gold labels of rows `idx`, (batch,)."""
+        return self.labels[np.asarray(idx, dtype=np.int64)]
+
+    def scored(self, logits, idx):
+        """The scored positions of rows `idx`'s model output (numpy or torch), in the order
+        positions(idx) gives: (batch, labels) as it is."""
+        return logits
+
+    def rows(self, values: np.ndarray) -> list[np.ndarray]:
+        """Per-position values (positions, ...) split back into rows."""
+        return [values[self.offsets[i]:self.offsets[i + 1]] for i in range(len(self))]
+
+
+@dataclass
+class TaggedEncoded(Encoded):
+    """A tagged split: one scored position per kept word (its first piece)."""
+    # per piece, the word's tag on its first piece and IGNORE elsewhere, and the gold tags
+    # of every word (kept or cut by truncation, which the metric counts)
+    piece_labels: list[list[int]] = field(default_factory=list)
+    word_tags: list[tuple[int, ...]] = field(default_factory=list)
+
+    def __post_init__(self):
+        counts = [sum(x != IGNORE for x in row) for row in self.piece_labels]
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def positions(self, idx) -> np.ndarray:
         parts = [np.arange(self.offsets[i], self.offsets[i + 1]) for i in idx]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def batch_labels(self, idx, seq: int | None = None) -> np.ndarray:
-        """Gold labels of rows `idx`: (batch,) for a classifier; (batch, seq) per piece for
-        a tagger, IGNORE on pieces that are not scored and on padding."""
-        if not self.token_level:
-            return self.labels[np.asarray(idx, dtype=np.int64)]
+        """(batch, seq) per piece: the gold tag on scored pieces, IGNORE on the others and on
+        padding."""
         seq = seq or max(len(self.input_ids[i]) for i in idx)
         out = np.full((len(idx), seq), IGNORE, dtype=np.int64)
         for j, i in enumerate(idx):
@@ -69,11 +83,7 @@ class Encoded:
         return out
 
     def scored(self, logits, idx):
-        """The scored positions of rows `idx`'s model output (numpy or torch), in the
-        order positions(idx) gives: a classifier's logits as they are, a tagger's
-        (batch, seq, tags) at the pieces whose label is not IGNORE."""
-        if not self.token_level:
-            return logits
+        """(batch, seq, tags) at the pieces whose label is not IGNORE -> (positions, tags)."""
         keep = self.batch_labels(idx, logits.shape[1]) != IGNORE
         if not isinstance(logits, np.ndarray):
             import torch
@@ -81,39 +91,23 @@ class Encoded:
             keep = torch.from_numpy(keep).to(logits.device)
         return logits[keep]
 
-    def rows(self, values: np.ndarray) -> list[np.ndarray]:
-        """Per-position values (positions, ...) split back into rows."""
-        return [values[self.offsets[i]:self.offsets[i + 1]] for i in range(len(self))]
 
-
-def scored(logits, batch_labels):
-    """The scored positions of a batch's model output, (positions, labels): a classifier's
-    logits as they are; a tagger's (batch, seq, tags) at the pieces whose label is not
-    IGNORE, row-major (numpy or torch alike)."""
-    if batch_labels.ndim == 1:
-        return logits
-    return logits[batch_labels != IGNORE]
-
-
-def encode_sentences(tokenizer, sentences: list[Sentence], max_length: int) -> Encoded:
+def encode_sentences(tokenizer, sentences: list[Sentence], max_length: int) -> TaggedEncoded:
     """Tag each word's first piece; truncation drops whole words (compress.ner.align)."""
     max_length = min(max_length, tokenizer.model_max_length)
     aligned = [align(tokenizer, s, max_length) for s in sentences]
     piece_labels = [a.labels for a in aligned]
     flat = [x for row in piece_labels for x in row if x != IGNORE]
-    return Encoded(input_ids=[a.input_ids for a in aligned],
+    return TaggedEncoded(input_ids=[a.input_ids for a in aligned],
                    token_type_ids=[[0] * len(a.input_ids) for a in aligned],
                    labels=np.asarray(flat, dtype=np.int64),
                    pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
                    piece_labels=piece_labels, word_tags=[s.tags for s in sentences])
 
 
-def encode(tokenizer, examples: list[Example] | list[Sentence], max_length: int) -> Encoded:
+def encode_rows(tokenizer, examples: list[Example], max_length: int) -> Encoded:
     """Tokenize single sentences or pairs; longer inputs are truncated to max_length
-    (pairs: the longer side first), never rejected. Tagged sentences (compress.ner):
-    encode_sentences."""
-    if examples and isinstance(examples[0], Sentence):
-        return encode_sentences(tokenizer, examples, max_length)
+    (pairs: the longer side first), never rejected."""
     max_length = min(max_length, tokenizer.model_max_length)
     a = [ex.text_a for ex in examples]
     pair = examples and examples[0].text_b is not None
@@ -126,6 +120,16 @@ def encode(tokenizer, examples: list[Example] | list[Sentence], max_length: int)
         labels=np.asarray([ex.label for ex in examples], dtype=np.int64),
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
     )
+
+
+# The encoder of each example type the task kinds produce (compress.tasks).
+ENCODERS = {Example: encode_rows, Sentence: encode_sentences}
+
+
+def encode(tokenizer, examples: list[Example] | list[Sentence], max_length: int) -> Encoded:
+    """Model inputs of a split's examples, by their type (ENCODERS): rows of text (or text
+    pairs) -> Encoded, tagged sentences -> TaggedEncoded. An empty list encodes as rows."""
+    return ENCODERS[type(examples[0]) if examples else Example](tokenizer, examples, max_length)
 
 
 def collate(enc: Encoded, idx: list[int] | np.ndarray, pad_to: int | None = None) -> dict[str, np.ndarray]:
@@ -141,6 +145,13 @@ def collate(enc: Encoded, idx: list[int] | np.ndarray, pad_to: int | None = None
         types[j, :n] = enc.token_type_ids[i][:n]
         mask[j, :n] = 1
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def unpad(logits, rows: int, seq: int):
+    """A model output for a batch padded to a fixed shape, cut back to the batch's `rows`
+    and, on an output with a sequence axis ((batch, seq, labels)), its `seq` positions
+    ((batch, labels) has none)."""
+    return logits[(slice(rows), slice(seq))[: logits.ndim - 1]]
 
 
 def position_logits(enc: Encoded, batches, run, num_labels: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from compress.distill import (CacheConfig, DistillConfig, cache_teacher_outputs,
                               load_transfer)
 from compress.models import save_classifier
 from compress.train import FinetuneConfig
-from conftest import preset, tiny_model
+from conftest import make_task, preset, tiny_model
 
 PAIRS = [Example(f"the {w} was sold on monday for ten dollars .", f"on monday the {w} sold for ten dollars .", i % 2)
          for i, w in enumerate(["cat", "dog", "car", "plan", "deal", "test", "song", "game", "boat", "lamp"])]
@@ -25,7 +25,7 @@ SINGLES = [Example(f"a truly {w} and moving film about {w} people", None, i % 2)
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_kind_on_pairs(kind):
     cfg = AugmentConfig(kinds=[kind], size=2.0, word_prob=0.3, seed=1)
-    rows, counts = augment(PAIRS, cfg, is_pair=True)
+    rows, counts = augment(PAIRS, cfg)
     assert len(rows) == 20 and counts == {kind: 20}
     originals = {(e.text_a, e.text_b) for e in PAIRS}
     a_side, b_side = {e.text_a for e in PAIRS}, {e.text_b for e in PAIRS}
@@ -52,18 +52,22 @@ def test_each_kind_on_pairs(kind):
 
 
 def test_word_kinds_on_single_sentences_and_pair_kinds_refused():
-    rows, counts = augment(SINGLES, AugmentConfig(kinds=["word_drop", "word_replace"], size=1.0, seed=0), False)
+    rows, counts = augment(SINGLES, AugmentConfig(kinds=["word_drop", "word_replace"], size=1.0, seed=0))
     assert counts == {"word_drop": 3, "word_replace": 3}
     assert all(r.text_b is None and r.label == UNLABELLED for r in rows)
-    with pytest.raises(ConfigError, match=r"augment.kinds \['swap'\] need sentence pairs; task 'sst2'"):
-        AugmentConfig(kinds=["swap"], size=1.0).check_task(False, "sst2")
+    with pytest.raises(ConfigError, match=r"augment.kinds \['swap'\] do not apply to task 'sst2' \(classification\): "
+                                          "use word_drop, word_swap, word_replace"):
+        AugmentConfig(kinds=["swap"], size=1.0).check_task(make_task("sst2", "classification", ["0", "1"]))
+    with pytest.raises(ConfigError, match="takes no augmentation; set augment.size to 0"):
+        AugmentConfig(kinds=["word_drop"], size=1.0).check_task(make_task("ner", "token_classification", ["O", "B-X"]))
+    AugmentConfig(kinds=list(KINDS), size=1.0).check_task(make_task("mrpc", "pair_classification", ["0", "1"]))
 
 
 def test_deterministic_by_seed():
     cfg = AugmentConfig(kinds=list(KINDS), size=3.0, seed=5)
-    assert augment(PAIRS, cfg, True) == augment(PAIRS, cfg, True)
-    other = augment(PAIRS, AugmentConfig(kinds=list(KINDS), size=3.0, seed=6), True)
-    assert other[0] != augment(PAIRS, cfg, True)[0]
+    assert augment(PAIRS, cfg) == augment(PAIRS, cfg)
+    other = augment(PAIRS, AugmentConfig(kinds=list(KINDS), size=3.0, seed=6))
+    assert other[0] != augment(PAIRS, cfg)[0]
 
 
 @pytest.mark.parametrize("data,msg", [

@@ -84,13 +84,13 @@ def test_token_kd_loss_scores_first_pieces_only():
     import torch
 
     from compress.distill import kd_loss
-    from compress.tokens import collate, encode, scored
+    from compress.tokens import TaggedEncoded, collate, encode
 
     _, tok = tiny_model()
     sents = [Sentence(("Huggingface", "rejects", "Blackburn"), _ids("B-ORG", "O", "B-PER")),
              Sentence(("EU",), _ids("B-ORG"))]
     enc = encode(tok, sents, 64)
-    assert enc.token_level and list(enc.offsets) == [0, 3, 4] and enc.labels.tolist() == list(sents[0].tags + sents[1].tags)
+    assert isinstance(enc, TaggedEncoded) and list(enc.offsets) == [0, 3, 4] and enc.labels.tolist() == list(sents[0].tags + sents[1].tags)
     batch = collate(enc, [1, 0])
     labels = torch.from_numpy(enc.batch_labels([1, 0], batch["input_ids"].shape[1]))
     assert labels.shape == batch["input_ids"].shape and int((labels != IGNORE).sum()) == 4
@@ -101,10 +101,10 @@ def test_token_kd_loss_scores_first_pieces_only():
     teacher[labels == IGNORE] += 5.0
     gold = torch.from_numpy(enc.labels[enc.positions([1, 0])])
     assert torch.equal(gold, labels[labels != IGNORE])
-    loss_soft = kd_loss(scored(student, labels), scored(teacher, labels), gold, 2.0, 1.0)
+    loss_soft = kd_loss(enc.scored(student, [1, 0]), enc.scored(teacher, [1, 0]), gold, 2.0, 1.0)
     assert abs(float(loss_soft)) < 1e-5
     # the hard term is plain CE over the 4 scored positions
-    hard = kd_loss(scored(student, labels), scored(teacher, labels), gold, 2.0, 0.0)
+    hard = kd_loss(enc.scored(student, [1, 0]), enc.scored(teacher, [1, 0]), gold, 2.0, 0.0)
     ref = torch.nn.functional.cross_entropy(student[labels != IGNORE], labels[labels != IGNORE])
     assert torch.allclose(hard, ref)
 

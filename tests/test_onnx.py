@@ -280,7 +280,7 @@ def test_tagger_exports_per_token_logits_and_quantizes(conll, tmp_path):  # noqa
     assert real < 1 * 8 + 3 * 24 + 2 * 40  # the parity batches carry padding, which is not compared
     for key in ("parity_raw", "parity"):
         assert summary[key]["max_abs_diff"] <= FAST.parity_atol and summary[key]["argmax_agreement"] == 1.0
-        assert summary[key]["real_tokens"] == real
+        assert summary[key]["positions"] == real
     # no pooler in a tagger: the fusions still apply, every attention block fused
     assert summary["attention_fused"] == "2/2 layers" and "attention_fusion_warning" not in summary
     assert summary["fused_ops"]["EmbedLayerNormalization"] == 1

@@ -230,7 +230,7 @@ def test_calibration_and_validation_are_training_rows_only(built):
     calib_rows, val_rows = [ids(b) for b in calib], [ids(v["inputs"]) for v in val]
     assert all(r in train and r not in dev for r in calib_rows + val_rows)
     assert not set(calib_rows) & set(val_rows)  # the validation slice is disjoint
-    assert [v["label"] for v in val] == [train[r] for r in val_rows]
+    assert [v["gold"].tolist() for v in val] == [[train[r]] for r in val_rows]
     with pytest.raises(Exception):
         Prepared.open(root / "poisoned").split("dev")  # the poison is real
 
@@ -386,7 +386,7 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     fp32 = summary["fp32"]["parity"]["fp32"]
     real = sum(int(b["attention_mask"].sum()) for b in batches)
     assert fp32["max_abs_diff"] <= CFG.parity_atol and fp32["argmax_agreement"] == 1.0
-    assert fp32["rows"] == 6 and fp32["real_tokens"] == real < 1 * 8 + 3 * 24 + 2 * 40  # padding not compared
+    assert fp32["rows"] == 6 and fp32["positions"] == real < 1 * 8 + 3 * 24 + 2 * 40  # padding not compared
     assert summary["int8"]["parity"]["int8"]["argmax_agreement"] >= 0.8
 
     runners = {p: OpenVinoRunner(Artifact(f"tagger_{p}", tmp_path / d, "openvino", p), "cpu", 2)
@@ -405,8 +405,8 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     calib, val, info = training_slices(root / "prepared", tok, CFG)
     assert info["validation_rows"] == 16 and not info["validation_overlaps_calibration"]
     for item in val:
-        assert item["tags"].shape == item["inputs"]["input_ids"].shape and "label" not in item
-        assert (item["tags"][item["inputs"]["attention_mask"] == 0] == IGNORE).all()
+        assert item["gold"].shape == item["inputs"]["input_ids"].shape
+        assert (item["gold"][item["inputs"]["attention_mask"] == 0] == IGNORE).all()
     v = summary["int8"]["validation"]
     assert v["metric"] == "entity_f1" and v["rows"] == 16 and v["accuracy_fp32"] > 0.5  # it learnt these sentences
     # the aggregate is entity F1 of ONNX Runtime's predictions on the same items; per item, words right
@@ -417,8 +417,8 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     session = cpu_session(tmp_path / "plain/model.onnx", 2)
     gold, pred = [], []
     for item in val:
-        keep = item["tags"] != IGNORE
-        gold.append(item["tags"][keep].tolist())
+        keep = item["gold"] != IGNORE
+        gold.append(item["gold"][keep].tolist())
         pred.append(run_session(session, item["inputs"])[keep].argmax(-1).tolist())
     assert f1 == pytest.approx(entity_metrics(gold, pred, CONLL_TAGS)["f1"]) == pytest.approx(v["accuracy_fp32"])
     assert per_item == pytest.approx([float(np.mean(np.array(g) == np.array(p))) for g, p in zip(gold, pred)])

@@ -162,13 +162,13 @@ def test_per_row_int8_rows():
 
 def _resave(path, change):
     """Rewrite model.safetensors with change(tensors) and a matching sha256 in quantization.json."""
-    from compress.quantize import _sha256
+    from compress.io import sha256_file
 
     t = load_file(str(path / "model.safetensors"))
     change(t)
     save_file(t, str(path / "model.safetensors"), metadata={"format": "pt"})
     meta = json.loads((path / "quantization.json").read_text())
-    meta["sha256"]["model.safetensors"] = _sha256(path / "model.safetensors")
+    meta["sha256"]["model.safetensors"] = sha256_file(path / "model.safetensors")
     (path / "quantization.json").write_text(json.dumps(meta))
 
 

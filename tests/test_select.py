@@ -9,6 +9,7 @@ import pytest
 from compress.cli import main
 from compress.config import ConfigError, build
 from compress.predict import IntegrityError, load, parse_lines, predict
+from compress.tasks.base import get_kind
 from compress.runners import artifact_dir
 from compress.select import SelectPolicy, promote, select
 from conftest import REPO
@@ -121,7 +122,7 @@ def test_promotion_writes_hashes_and_a_model_card(production):
 
 def test_predict_on_the_production_artifact(production):
     loaded = load(production)
-    out = predict(loaded, list(parse_lines(["a gorgeous movie", "x" * 100_000], False, "test")))
+    out = predict(loaded, list(parse_lines(["a gorgeous movie", "x" * 100_000], get_kind("classification"), "test")))
     assert [r["label"] in ("negative", "positive") for r in out] == [True, True]
     assert abs(sum(out[0]["probabilities"].values()) - 1) < 1e-5  # a 100,000-character line is truncated
 
@@ -135,10 +136,10 @@ def test_predict_refuses_a_tampered_artifact(production):
 
 def test_input_errors_name_the_line():
     with pytest.raises(Exception, match=r"in.txt:2: not valid UTF-8"):
-        list(parse_lines([b"fine\n", b"bad \xff byte\n"], False, "in.txt"))
+        list(parse_lines([b"fine\n", b"bad \xff byte\n"], get_kind("classification"), "in.txt"))
     with pytest.raises(Exception, match=r"in.txt:1: this task takes sentence pairs"):
-        list(parse_lines(["only one sentence\n"], True, "in.txt"))
-    assert [e.text_b for e in parse_lines(["a\tb\n"], True, "in.txt")] == ["b"]
+        list(parse_lines(["only one sentence\n"], get_kind("pair_classification"), "in.txt"))
+    assert [e.text_b for e in parse_lines(["a\tb\n"], get_kind("pair_classification"), "in.txt")] == ["b"]
 
 
 def test_cli_predict_file_jsonl_and_empty_input(production, tmp_path, capsys):

@@ -67,3 +67,54 @@ def test_no_code_outside_the_task_kinds_names_a_dataset():
             if any(name in text.lower() for name in TASK_NAMES) and (rel, text) not in allowed:
                 found.append(f"{rel}:{line}: {text!r}")
     assert not found, "code names a dataset:\n" + "\n".join(found)
+
+
+KIND_FLAGS = {"token_level", "is_pair", "pair", "_token_level"}
+
+
+def _kind_branches(path):
+    """Places that branch on a task kind: an `if`/`while`/conditional expression or boolean
+    operand reading a kind flag (token_level, is_pair, pair), an isinstance test against an
+    example type (Sentence, Example), or a test of an output's rank (`.ndim == 3`)."""
+    tree = ast.parse(path.read_text())
+    found = []
+
+    def flags(node):
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and n.attr in KIND_FLAGS:
+                yield n.attr
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "isinstance" and len(n.args) == 2:
+                if {getattr(t, "id", None) for t in ast.walk(n.args[1])} & {"Sentence", "Example"}:
+                    yield "isinstance"
+            if (isinstance(n, ast.Compare) and isinstance(n.left, ast.Attribute) and n.left.attr == "ndim"
+                    and not isinstance(n.ops[0], ast.NotEq)):  # `ndim != 2`: a shape check, not a branch
+                yield "ndim"
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            found += [(node.lineno, f) for f in flags(node.test)]
+        elif isinstance(node, ast.BoolOp):
+            found += [(node.lineno, f) for v in node.values for f in flags(v) if f != "ndim"]
+        elif isinstance(node, ast.comprehension):
+            found += [(node.target.lineno, f) for c in node.ifs for f in flags(c)]
+    return sorted(set(found))
+
+
+def test_no_code_outside_the_task_kinds_branches_on_a_kind():
+    """Stages, backends and commands ask the task's kind (compress.tasks) to read, encode,
+    score and print; they never test which kind it is. compress/tokens.py's encoders are
+    chosen by a table of example types (ENCODERS), not by a test."""
+    found = []
+    for path in [*(REPO / "compress").rglob("*.py"), *(REPO / "pipelines").glob("*.py")]:
+        rel = str(path.relative_to(REPO))
+        if not rel.startswith("compress/tasks/"):
+            found += [f"{rel}:{line}: {what}" for line, what in _kind_branches(path)]
+    assert not found, "code branches on a task kind:\n" + "\n".join(found)
+
+
+def test_the_kind_branch_finder_finds_branches(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(task, ex, out):\n    if task.token_level:\n        pass\n"
+                   "    x = 1 if isinstance(ex, Sentence) else 2\n    y = [o for o in out if o.ndim == 3]\n"
+                   "    return task.is_pair and x\n")
+    assert [w for _, w in _kind_branches(bad)] == ["token_level", "isinstance", "ndim", "is_pair"]

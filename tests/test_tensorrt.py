@@ -18,13 +18,14 @@ import torch
 
 from compress import tensorrt_engine as te
 from compress.config import ConfigError, build
-from compress.data import sha256_file
+from compress.io import sha256_file
 from compress.errors import UserError
 from compress.models import count_parameters
 from compress.runners import Artifact, load_runner, skip_reason
 from conftest import CONLL_TAGS as TAGS
+from compress.parity import compared_logits
 from compress.tensorrt_engine import (EngineBuildError, EngineConfig, TrtRunner, build_engine, build_engines,
-                                      compared_logits, onnx_num_labels, parity_check, prepare_onnx, resolve_onnx,
+                                      onnx_num_labels, parity_check, prepare_onnx, resolve_onnx,
                                       take_rows, tensorrt_unavailable, training_batches)
 from conftest import REPO, tiny_model  # noqa: E402
 
@@ -301,10 +302,10 @@ def test_parity_compares_a_tagger_at_real_tokens_only():
     assert np.abs(a - b).max() == pytest.approx(1.0)
     rows = ref[:, 0]  # a classifier's (batch, labels): every row, as it is
     a, b = compared_logits(rows, rows + 1, batch)
-    assert a is rows and a.shape == (3, len(TAGS))
+    assert np.array_equal(a, rows) and np.array_equal(b, rows + 1) and a.shape == (3, len(TAGS))
     with pytest.raises(ValueError, match=r"\(3, 6, 9\) vs the reference's \(3, 5, 9\)"):
         compared_logits(got, ref[:, :5], batch)
-    with pytest.raises(ValueError, match="attention_mask of shape"):
+    with pytest.raises(ValueError, match="attention_mask of shape"):  # the mask's (3, 6) vs (3, 5)
         compared_logits(got[:, :5], ref[:, :5], batch)
 
 
@@ -317,7 +318,7 @@ def host_runner(onnx_path: Path, token_level: bool, min_shape: list[int], max_sh
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     runner = object.__new__(TrtRunner)  # no engine to load
     runner._inputs, runner._min, runner._max, runner._pad_id = list(INPUTS), min_shape, max_shape, 0
-    runner._token_level, runner.num_labels = token_level, onnx_num_labels(onnx_path)
+    runner._out_rank, runner.num_labels = 3 if token_level else 2, onnx_num_labels(onnx_path)
     shapes = []
 
     def execute(batch):
@@ -401,7 +402,7 @@ def test_fp16_engine_matches_onnxruntime(export, tmp_path):
     with pytest.raises(ValueError, match="max_shape"):
         runner(make_batch(2, 65))
     check = parity_check(engine_dir, export.onnx, [make_batch(8, 32)], atol=0.05)
-    assert check["passed"] and check["rows"] == 8 and "positions" not in check
+    assert check["passed"] and check["rows"] == check["positions"] == 8
 
     with pytest.raises(UserError, match="max_position_embeddings"):
         build_engine(export.onnx, tmp_path / "too-long", "fp16", small_config(tmp_path, max_shape=[8, 1024]))

@@ -13,7 +13,17 @@ Contract of a kind (a `TaskKind` subclass registered with `register`):
 - `example(raw, label_id, where)`: the row with label strings turned into class ids;
 - `default_labels(seen)`: the class order when params give none;
 - `check_labels(labels, where)`: refuse a label set the kind cannot score;
+- `to_json(example, labels)` / `from_json(row, label_id)`: a prepared JSON-lines row;
+- `count(counts, example)`, `count_unit`, `split_card(rows, counts, task)`: the data card;
 - `metrics(num_labels)` and `primary_metric`: what reports carry and rank by;
+  `score(task, enc, logits)`, `intervals(task, enc, pred)` and `details(task, enc, pred)`
+  compute them from the logits of every scored position (compress.tokens);
+- `validation_metric(gold, pred, labels)`: the primary metric from per-row gold and
+  predicted positions (the INT8 accuracy checks' items);
+- `input_example(line, where)`: one line of `compress predict` input;
+- `predict(loaded, examples, batch_size, max_length)`: what `compress predict` prints;
+- `augmentations`: the transfer-set augmentation kinds it supports (compress.augment);
+- `half_cache`: the teacher-logits cache is stored in float16 (one row per word: large);
 - `head`: the model head (compress.models.HEADS), `token_level`, `pair`.
 """
 from __future__ import annotations
@@ -41,6 +51,10 @@ class TaskKind:
     pair: bool = False  # two texts per row
     primary_metric: str = "accuracy"
     columns: dict[str, str | None] = {}
+    count_unit: str = "rows"  # what a split's label counts count
+    augmentations: tuple[str, ...] = ()
+    half_cache: bool = False
+    validation_metric_name: str = "accuracy"
 
     def metrics(self, num_labels: int) -> tuple[str, ...]:
         raise NotImplementedError
@@ -66,6 +80,43 @@ class TaskKind:
 
     def stratum(self, example, labels: tuple[str, ...]) -> str:
         """The group a row is stratified by when a dev split is carved from train."""
+        raise NotImplementedError
+
+    def to_json(self, example, labels: tuple[str, ...]) -> dict:
+        raise NotImplementedError
+
+    def from_json(self, row: dict, label_id: dict[str, int]):
+        """A prepared row back; KeyError/TypeError/ValueError on a malformed one."""
+        raise NotImplementedError
+
+    def count(self, counts, example) -> None:
+        """Add one example to a split's label counts (class id -> count_unit)."""
+        raise NotImplementedError
+
+    def split_card(self, rows, counts, task: "Task") -> dict:
+        """The data card's facts about one prepared split (its sha256 is added by prepare);
+        `rows()` reads the split back, for a kind whose facts need more than `counts`."""
+        raise NotImplementedError
+
+    def score(self, task: "Task", enc, logits) -> dict[str, float]:
+        """task.metrics from `logits` (positions, labels) of every scored position of `enc`."""
+        raise NotImplementedError
+
+    def intervals(self, task: "Task", enc, pred) -> dict[str, float]:
+        """95% bootstrap intervals (`<metric>_ci95_low|high`) of the primary metrics."""
+        raise NotImplementedError
+
+    def details(self, task: "Task", enc, pred) -> dict:
+        """Facts a report shows beside the metrics (e.g. F1 per entity type); {} if none."""
+        return {}
+
+    def validation_metric(self, gold: list[list[int]], pred: list[list[int]], labels: tuple[str, ...]) -> float:
+        raise NotImplementedError
+
+    def input_example(self, line: str, where: str):
+        raise NotImplementedError
+
+    def predict(self, loaded, examples: list, batch_size: int, max_length: int) -> list[dict]:
         raise NotImplementedError
 
 

@@ -8,7 +8,7 @@ params list the labels.
 """
 from __future__ import annotations
 
-from ..errors import DataError
+from ..errors import DataError, UserError
 from . import formats
 from .base import Example, TaskKind, locate, register
 
@@ -16,6 +16,7 @@ from .base import Example, TaskKind, locate, register
 class Classification(TaskKind):
     name = "classification"
     columns = {"text": "text", "label": "label"}
+    augmentations = ("word_drop", "word_swap", "word_replace")
 
     def metrics(self, num_labels: int) -> tuple[str, ...]:
         return ("accuracy", "macro_f1")
@@ -50,14 +51,60 @@ class Classification(TaskKind):
     def stratum(self, example, labels):
         return labels[example.label]
 
+    def to_json(self, example, labels):
+        return {"text_a": example.text_a, "text_b": example.text_b, "label": example.label}
+
+    def from_json(self, row, label_id):
+        return Example(row["text_a"], row["text_b"], int(row["label"]))
+
+    def count(self, counts, example):
+        counts[example.label] += 1
+
+    def split_card(self, rows, counts, task):
+        n = sum(counts.values())
+        names = task.label_names
+        return {"rows": n, "label_counts": {names[i]: counts.get(i, 0) for i in range(task.num_labels)},
+                "label_fraction": {names[i]: round(counts.get(i, 0) / n, 4) if n else 0.0
+                                   for i in range(task.num_labels)}}
+
+    def score(self, task, enc, logits):
+        from ..metrics import classification_metrics
+
+        return classification_metrics(logits, enc.labels, task.metrics)
+
+    def intervals(self, task, enc, pred):
+        from ..metrics import ci95_fields
+
+        return ci95_fields(pred, enc.labels, task.metrics, task.num_labels)
+
+    def validation_metric(self, gold, pred, labels):
+        pairs = [(g, p) for gs, ps in zip(gold, pred) for g, p in zip(gs, ps)]
+        return sum(g == p for g, p in pairs) / len(pairs) if pairs else 0.0
+
+    def input_example(self, line, where):
+        return Example(line, None, -1)
+
+    def predict(self, loaded, examples, batch_size, max_length):
+        from ..stream import classify_rows
+
+        return classify_rows(loaded, examples, batch_size, max_length)
+
 
 class PairClassification(Classification):
     name = "pair_classification"
     pair = True
     columns = {"text": "text", "text_pair": "text_pair", "label": "label"}
+    augmentations = ("swap", "cross_pair") + Classification.augmentations
 
     def metrics(self, num_labels: int) -> tuple[str, ...]:
         return ("accuracy", "f1") if num_labels == 2 else ("accuracy", "macro_f1")
+
+    def input_example(self, line, where):
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise UserError(f"{where}: this task takes sentence pairs, one `text_a<TAB>text_b` per line; found "
+                            f"{len(parts)} field(s)")
+        return Example(parts[0], parts[1], -1)
 
 
 register(Classification())

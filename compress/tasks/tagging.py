@@ -8,10 +8,12 @@ order is O, then B-X, I-X per entity type in sorted order, unless params list th
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import DataError
 from .. import ner
 from . import formats
-from .base import TaskKind, locate, register
+from .base import Example, TaskKind, locate, register
 
 
 class TokenClassification(TaskKind):
@@ -20,6 +22,9 @@ class TokenClassification(TaskKind):
     token_level = True
     primary_metric = "f1"
     columns = {"tokens": "tokens", "tags": "tags"}
+    count_unit = "words"
+    half_cache = True
+    validation_metric_name = "entity_f1"
 
     def metrics(self, num_labels: int) -> tuple[str, ...]:
         return ("f1", "precision", "recall", "token_accuracy")
@@ -57,6 +62,56 @@ class TokenClassification(TaskKind):
     def stratum(self, example, labels):
         names = [labels[t] for t in example.tags]
         return ",".join(sorted({k for k, *_ in ner.entities(names)}))
+
+    def to_json(self, example, labels):
+        return {"words": list(example.words), "tags": [labels[t] for t in example.tags]}
+
+    def from_json(self, row, label_id):
+        words, tags = row["words"], row["tags"]
+        if len(words) != len(tags) or not words:
+            raise ValueError(f"{len(words)} words and {len(tags)} tags")
+        return ner.Sentence(tuple(words), tuple(label_id[t] for t in tags))
+
+    def count(self, counts, example):
+        counts.update(example.tags)
+
+    def split_card(self, rows, counts, task):
+        rows = rows()
+        stats = ner.card_counts(rows, task.labels)
+        return {"rows": stats["sentences"], "tokens": stats["tokens"], "entities": stats["entities"],
+                "tag_counts": {t: counts.get(i, 0) for i, t in enumerate(task.labels)},
+                "tag_scheme": ner.tag_scheme([task.labels[t] for t in s.tags] for s in rows)}
+
+    def score(self, task, enc, logits):
+        from ..metrics import entity_metrics_of
+
+        m = entity_metrics_of(enc, np.asarray(logits).argmax(-1), task.labels)
+        return {k: round(float(m[k]), 6) for k in task.metrics}
+
+    def intervals(self, task, enc, pred):
+        from ..metrics import entity_f1_ci95
+
+        return entity_f1_ci95(enc, pred, task.labels)
+
+    def details(self, task, enc, pred):
+        from ..metrics import entity_metrics_of
+
+        m = entity_metrics_of(enc, pred, task.labels)
+        return {"entities": m["entities"], "f1_per_type": {k: round(v, 6) for k, v in m["f1_per_type"].items()}}
+
+    def validation_metric(self, gold, pred, labels):
+        return float(ner.entity_metrics(gold, pred, labels)["f1"])
+
+    def input_example(self, line, where):
+        return Example(line, None, -1)  # raw text: the tokenizer's words are tagged
+
+    def predict(self, loaded, examples, batch_size, max_length):
+        from ..stream import tag_texts
+
+        # a line of input, or a prepared sentence's words joined by spaces (the dev-stream
+        # measurement tags the dev split the way users' text is tagged)
+        texts = [" ".join(ex.words) if isinstance(ex, ner.Sentence) else ex.text_a for ex in examples]
+        return tag_texts(loaded, texts, batch_size, max_length)
 
 
 register(TokenClassification())
