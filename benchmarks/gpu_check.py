@@ -104,7 +104,7 @@ def variant_runner(variant: str, path: Path, name: str):
             return None, "the tensorrt package is not installed (pip install tensorrt)"
         if not engine.is_dir():
             return None, f"no engine at {engine.relative_to(REPO)}: build it with `dvc repro tensorrt`"
-        from compress.tensorrt_engine import TrtRunner
+        from compress.tensorrt_runner import TrtRunner
 
         return TrtRunner(Artifact(f"{name}_trt_fp16", engine, format="tensorrt", precision="fp16"), "gpu", 1), None
     if variant == "ort_cuda_fp32":

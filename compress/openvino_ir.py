@@ -45,7 +45,7 @@ that is measured) beside ONNX Runtime FP32 on the plain export; max |logit diffe
 argmax agreement are recorded per IR (compress.parity); only FP32 is gated. A tagger's
 logits are compared at every real token (attention_mask 1).
 
-Runtime (`OpenVinoRunner`): one compiled model per artifact with dynamic batch and sequence
+Runtime (compress.openvino_runner `OpenVinoRunner`): one compiled model per artifact with dynamic batch and sequence
 axes (the CPU plugin caches per-shape kernels), INFERENCE_NUM_THREADS pinned to the
 harness's `threads`, one stream, LATENCY hint. The settings an IR is run with are written
 to its openvino.json (`runtime`), so the runner, the parity check and the measurement all
@@ -54,7 +54,6 @@ runner is unavailable unless OpenVINO lists a GPU device.
 """
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import time
@@ -68,14 +67,11 @@ from .data import Prepared
 from .env import versions as env_versions
 from .errors import UserError
 from .io import atomic_dir, atomic_write_json, sha256_file
+from .openvino_runner import IR_BIN, IR_XML, META_FILE, compile_config, feed, parity_check, read_meta
 
-IR_XML = "model.xml"
-IR_BIN = "model.bin"
-META_FILE = "openvino.json"
 PRESETS = ("performance", "mixed")
 MODEL_TYPES = ("transformer", "none")
 ACCURACY_CONTROL = ("auto", "always", "never")
-HINTS = ("f32", "bf16")
 INT8_HINTS = ("auto", "f32", "bf16")
 # files of an ONNX directory that are weights, never copied beside an IR
 WEIGHT_SUFFIXES = (".onnx", ".onnx_data", ".data", ".bin", ".xml", ".engine", ".safetensors", ".pt", ".pth")
@@ -83,10 +79,6 @@ WEIGHT_SUFFIXES = (".onnx", ".onnx_data", ".data", ".bin", ".xml", ".engine", ".
 
 class OpenVinoParityError(UserError):
     """The FP32 IR and ONNX Runtime FP32 disagree beyond parity_atol."""
-
-
-class OpenVinoIrError(UserError):
-    """An IR directory is missing or incomplete."""
 
 
 # --- configuration -----------------------------------------------------------------------
@@ -152,51 +144,13 @@ def runtime_settings(precision: str, cfg: OpenVinoConfig) -> dict:
     return {"inference_precision": hint, "cpu_pinning": cfg.cpu_pinning}
 
 
-def compile_config(hint: str, threads: int, pinning: bool, device: str = "CPU") -> dict:
-    """OpenVINO properties: `hint` precision, `threads` threads, one stream, latency mode."""
-    import openvino.properties as props
-    import openvino.properties.hint as hints
-
-    check(hint in HINTS, f"inference precision must be one of {', '.join(HINTS)}, got '{hint}'")
-    cfg = {hints.inference_precision: {"f32": "f32", "bf16": "bf16"}[hint],
-           hints.performance_mode: hints.PerformanceMode.LATENCY,
-           props.num_streams: 1}
-    if device == "CPU":
-        cfg[props.inference_num_threads] = threads
-        cfg[hints.enable_cpu_pinning] = pinning
-    return cfg
-
-
-def gpu_unavailable() -> str | None:
-    try:
-        import openvino as ov
-    except ImportError as e:
-        return f"the openvino package failed to import: {e}"
-    if not any(d.startswith("GPU") for d in ov.Core().available_devices):
-        return ("OpenVINO runs on Intel GPUs only; no OpenVINO GPU device here "
-                "(NVIDIA/CUDA devices are not OpenVINO targets)")
-    return None
-
-
 # --- IR directories ----------------------------------------------------------------------
-
-def read_meta(ir_dir: str | Path) -> dict:
-    ir_dir = Path(ir_dir)
-    for name in (IR_XML, IR_BIN, META_FILE):
-        if not (ir_dir / name).is_file():
-            raise OpenVinoIrError(f"{ir_dir / name}: not found; run the openvino stage that builds it")
-    return json.loads((ir_dir / META_FILE).read_text(encoding="utf-8"))
-
 
 def _copy_side_files(src_dir: Path, dst_dir: Path) -> None:
     """Tokenizer and config.json travel with the IR; weights of other formats do not."""
     for f in src_dir.iterdir():
         if f.is_file() and f.suffix not in WEIGHT_SUFFIXES and f.name != META_FILE:
             shutil.copy2(f, dst_dir / f.name)
-
-
-def _num_labels(ir_dir: Path) -> int:
-    return int(len(json.loads((ir_dir / "config.json").read_text(encoding="utf-8"))["id2label"]))
 
 
 def _ir_summary(ir_dir: Path) -> dict:
@@ -298,10 +252,6 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     return calibration, validation, info
 
 
-def _feed(request_inputs: list[str], batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: np.ascontiguousarray(batch[k], dtype=np.int64) for k in request_inputs}
-
-
 def validate(compiled, items) -> tuple[float, list[float]]:
     """NNCF's validation_fn contract: the metric over the validation items and one value
     per item. The metric is the task kind's validation metric (accuracy of rows for a
@@ -315,7 +265,7 @@ def validate(compiled, items) -> tuple[float, list[float]]:
     per_item, gold, pred, task = [], [], [], None
     for item in items:  # NNCF passes an iterable, not a list
         task = item["task"]
-        logits = request.infer(_feed(names, item["inputs"]))[compiled.output(0)]
+        logits = request.infer(feed(names, item["inputs"]))[compiled.output(0)]
         keep = item["gold"] != IGNORE  # (1,) or (1, seq): the scored positions
         g, p = item["gold"][keep], np.argmax(logits[keep], -1)
         gold.append(g.tolist())
@@ -480,77 +430,3 @@ def build_openvino(onnx_dir: str | Path, fp32_dir: str | Path, int8_dir: str | P
     calibration, validation, info = training_slices(prepared_root, load_tokenizer(onnx_dir), cfg)
     int8 = quantize_openvino(fp32_dir, int8_dir, cfg, calibration, validation, parity_batches, info)
     return {"fp32": fp32, "int8": int8}
-
-
-# --- parity ------------------------------------------------------------------------------
-
-def parity_check(ir_dir: str | Path, precision: str, onnx_path: str | Path,
-                 batches: list[dict[str, np.ndarray]], threads: int) -> dict:
-    """The IR run as `precision` by the runner vs ONNX Runtime FP32 on onnx_path
-    (compress.parity.compare), with the runner's backend."""
-    from tqdm.auto import tqdm
-
-    from .onnx_export import cpu_session, run_session
-    from .parity import compare
-    from .runners import Artifact
-
-    ir_dir = Path(ir_dir)
-    runner = OpenVinoRunner(Artifact(ir_dir.name, ir_dir, "openvino", precision), "cpu", threads)
-    session = cpu_session(onnx_path, threads)
-    bar = tqdm(batches, desc=f"{ir_dir.name}/{precision} parity", unit="batch", leave=False)
-    return {**compare(lambda b: run_session(session, b), runner, bar), "backend": runner.backend}
-
-
-# --- runner ------------------------------------------------------------------------------
-
-class OpenVinoRunner:
-    """An OpenVINO IR on the CPU (or an Intel GPU), at the precision the artifact names:
-    fp32 -> f32 inference precision, bf16 -> bf16, int8 -> the IR's recorded choice."""
-    backend = "openvino"
-
-    def __init__(self, artifact, target: str, threads: int):
-        import openvino as ov
-
-        from .models import load_tokenizer
-
-        path = Path(artifact.path)
-        meta = read_meta(path)
-        precision = artifact.precision
-        if precision not in ("fp32", "bf16", "int8"):
-            raise UserError(f"{artifact.name}: OpenVINO artifacts run as fp32, bf16 or int8, not {precision}")
-        if precision == "int8" and meta.get("precision") != "int8":
-            raise UserError(f"{path / IR_XML}: an FP32 IR cannot run as int8; build the INT8 IR")
-        if precision != "int8" and meta.get("precision") == "int8":
-            raise UserError(f"{path / IR_XML}: an INT8 IR runs as int8 only, not {precision}")
-        settings = meta.get("runtime", {}).get(precision) or {
-            "inference_precision": {"fp32": "f32", "bf16": "bf16"}.get(precision, "f32"), "cpu_pinning": False}
-        device = "CPU" if target == "cpu" else "GPU"
-        core = ov.Core()
-        self.compiled = core.compile_model(
-            core.read_model(str(path / IR_XML)), device,
-            compile_config(settings["inference_precision"], threads, settings.get("cpu_pinning", False), device))
-        self.request = self.compiled.create_infer_request()
-        self.inputs = [i.any_name for i in self.compiled.inputs]
-        self.output = self.compiled.output(0)
-        self.settings = settings
-        self.backend = f"openvino-{target}-{settings['inference_precision']}"
-        self.tokenizer = load_tokenizer(path)
-        self.num_labels = _num_labels(path)
-        self.num_params = int(meta.get("num_params", 0))
-
-    @staticmethod
-    def unavailable(target: str) -> str | None:
-        if target == "gpu":
-            return gpu_unavailable()
-        try:
-            import openvino  # noqa: F401
-        except ImportError as e:
-            return f"the openvino package failed to import: {e}"
-        return None
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> np.ndarray:
-        out = self.request.infer(_feed(self.inputs, batch))[self.output]
-        return np.array(out, dtype=np.float32)  # a copy: the request reuses its output buffer
-
-    def synchronize(self) -> None:
-        pass  # infer() is synchronous

@@ -131,17 +131,17 @@ RUNNERS: dict[tuple[str, str], str] = {
     ("pytorch", "gpu"): "compress.runners:TorchRunner",
     ("pytorch_int8", "cpu"): "compress.quantize:TorchInt8Runner",
     ("pytorch_int8", "gpu"): "skip:PyTorch dynamic INT8 kernels (fbgemm/onednn) run on the CPU only",
-    ("pytorch_inc", "cpu"): "compress.inc:IncInt8Runner",
+    ("pytorch_inc", "cpu"): "compress.inc_artifact:IncInt8Runner",
     ("pytorch_inc", "gpu"): "skip:Neural Compressor's PT2E INT8 graph runs on the CPU only",
     # the float weights replayed from captured CUDA graphs (compress/cudagraph.py)
     ("pytorch_cudagraph", "cpu"): "skip:CUDA graphs replay on NVIDIA GPUs only",
     ("pytorch_cudagraph", "gpu"): "compress.cudagraph:CudaGraphRunner",
     ("onnx", "cpu"): "compress.onnx_runtime:OrtRunner",
     ("onnx", "gpu"): "compress.onnx_runtime:OrtRunner",
-    ("openvino", "cpu"): "compress.openvino_ir:OpenVinoRunner",
-    ("openvino", "gpu"): "compress.openvino_ir:OpenVinoRunner",  # Intel GPUs only: its unavailable() says
+    ("openvino", "cpu"): "compress.openvino_runner:OpenVinoRunner",
+    ("openvino", "gpu"): "compress.openvino_runner:OpenVinoRunner",  # Intel GPUs only: its unavailable() says
     ("tensorrt", "cpu"): "skip:TensorRT engines run on NVIDIA GPUs only",
-    ("tensorrt", "gpu"): "compress.tensorrt_engine:TrtRunner",
+    ("tensorrt", "gpu"): "compress.tensorrt_runner:TrtRunner",
 }
 DEVICES = {"cpu": "cpu", "gpu": "cuda"}
 

@@ -212,13 +212,13 @@ def model_card(selection: dict, environment: dict) -> str:
     load = {
         "pytorch": "compress.models.load_saved(path)  # BertFor{Sequence,Token}Classification + tokenizer",
         "pytorch_int8": "compress.quantize.load_dynamic_int8(path)  # rebuilt from safetensors, no pickle",
-        "pytorch_inc": "compress.inc.load_inc_int8(path)  # rebuilt and verified, no pickle",
+        "pytorch_inc": "compress.inc_artifact.load_inc_int8(path)  # rebuilt and verified, no pickle",
         "pytorch_cudagraph": "compress.cudagraph.CudaGraphRunner(Artifact(name, path, 'pytorch_cudagraph', "
                              "precision), 'gpu', threads)  # CUDA graphs replayed per query",
         "onnx": "onnxruntime.InferenceSession(path + '/model.onnx')  # inputs input_ids, attention_mask, token_type_ids",
         "openvino": "openvino.Core().compile_model(path + '/model.xml', 'CPU', "
-                    "{'INFERENCE_PRECISION_HINT': 'bf16' if bf16 else 'f32'})  # or compress.openvino_ir.OpenVinoRunner",
-        "tensorrt": "compress.tensorrt_engine.TrtRunner  # same TensorRT version and GPU as the build",
+                    "{'INFERENCE_PRECISION_HINT': 'bf16' if bf16 else 'f32'})  # or compress.openvino_runner.OpenVinoRunner",
+        "tensorrt": "compress.tensorrt_runner.TrtRunner  # same TensorRT version and GPU as the build",
     }.get(r["format"], "see README")
     # the floors the choice was held to: those the teacher has a value for (F1: pair tasks)
     floored = [m for m in p.get("floor_metrics", ["accuracy"]) if selection.get(f"teacher_{m}") is not None]

@@ -7,7 +7,8 @@ import time
 from compress.config import section
 from compress.data import Prepared
 from compress.env import environment
-from compress.inc import IncConfig, IncGoalNotMet, inc_autotune, save_inc_int8
+from compress.inc import IncConfig, IncGoalNotMet, inc_autotune
+from compress.inc_artifact import save_inc_int8
 from compress.measure import MeasureConfig
 from compress.metrics import task_metrics
 from compress.models import load_saved

@@ -15,17 +15,9 @@ from safetensors.torch import load_file, save_file
 
 from compress.config import ConfigError, build
 from compress.errors import UserError
-from compress.inc import (
-    IncConfig,
-    IncGoalNotMet,
-    IncInt8Classifier,
-    inc_autotune,
-    linear_module_names,
-    load_inc_int8,
-    plan_trials,
-    quantized_module_names,
-    save_inc_int8,
-)
+from compress.inc import IncConfig, IncGoalNotMet, inc_autotune, plan_trials
+from compress.inc_artifact import load_inc_int8, save_inc_int8
+from compress.inc_graph import IncInt8Classifier, linear_module_names, quantized_module_names
 from tests.conftest import SST2_ROWS, tiny_model
 
 
@@ -314,7 +306,7 @@ def test_save_and_load_rebuild_identical_model_without_pickle(tiny, dynamic_resu
 @needs_inc
 @pytest.mark.slow
 def test_runner_compiles_to_int8_kernels_with_the_same_predictions(tiny, dynamic_result, tmp_path):
-    from compress.inc import IncInt8Runner
+    from compress.inc_artifact import IncInt8Runner
 
     model, tokenizer, batches = tiny
     save_inc_int8(dynamic_result[0], tokenizer, tmp_path / "inc")

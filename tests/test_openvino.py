@@ -19,9 +19,9 @@ from compress.config import ConfigError, build
 from compress.data import Prepared, prepare
 from compress.models import save_classifier
 from compress.onnx_export import ExportConfig, count_initializer_params, cpu_session, export_onnx, run_session
-from compress.openvino_ir import (OpenVinoConfig, OpenVinoIrError, OpenVinoParityError, OpenVinoRunner,
-                                  build_openvino, convert_onnx, embedding_tables, parity_check,
-                                  quantize_embedding_tables, quantize_openvino, training_slices)
+from compress.openvino_ir import (OpenVinoConfig, OpenVinoParityError, build_openvino, convert_onnx,
+                                  embedding_tables, quantize_embedding_tables, quantize_openvino, training_slices)
+from compress.openvino_runner import OpenVinoIrError, OpenVinoRunner, compile_config, gpu_unavailable, parity_check
 from compress.runners import Artifact, load_runner, skip_reason
 from conftest import CONLL_TAGS, preset, tiny_model, write_tsv
 
@@ -313,7 +313,7 @@ def test_own_embedding_quantization_is_per_row_and_exact(built):
             deq = (np.clip(np.rint(w / s), -127, 127) * s).astype(np.float32)
             assert np.abs(deq - w).max() <= s.max() / 2 + 1e-9
             op.input(0).replace_source_output(ov.opset13.constant(deq).output(0))
-    cfg = oi.compile_config("f32", 2, False)
+    cfg = compile_config("f32", 2, False)
     batch = ragged(3, 16)
     a = core.compile_model(reference, "CPU", cfg)(batch)[0]
     b = core.compile_model(model, "CPU", cfg)(batch)[0]
@@ -332,7 +332,7 @@ def test_measured_by_the_harness_beside_other_targets(built):
     cpu, gpu = measure(art, root / "prepared", cfg)
     assert cpu["status"] == "ok" and cpu["accuracy"] is not None and cpu["points"][0]["latency_ms_p50"] > 0
     assert cpu["size_mb"] == pytest.approx(summary["int8"]["size_mb"], abs=0.01)  # model.bin + model.xml
-    if oi.gpu_unavailable():
+    if gpu_unavailable():
         assert gpu["status"] == "skipped" and "Intel GPUs only" in gpu["reason"]
 
 
@@ -412,7 +412,7 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     # the aggregate is entity F1 of ONNX Runtime's predictions on the same items; per item, words right
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(tmp_path / "ov/model.xml")), "CPU",
-                                  oi.compile_config("f32", 2, False))
+                                  compile_config("f32", 2, False))
     f1, per_item = oi.validate(compiled, val)
     session = cpu_session(tmp_path / "plain/model.onnx", 2)
     gold, pred = [], []

@@ -45,7 +45,8 @@ def _optimum_intel_missing() -> str | None:
 def _project_openvino_missing() -> str | None:
     """The project's OpenVINO stage (compress/openvino_ir.py) builds the IRs the check measures."""
     try:
-        from compress.openvino_ir import OpenVinoConfig, OpenVinoRunner, build_openvino  # noqa: F401
+        from compress.openvino_ir import OpenVinoConfig, build_openvino  # noqa: F401
+        from compress.openvino_runner import OpenVinoRunner  # noqa: F401
     except ImportError as e:
         return f"the project's OpenVINO module is not available ({e})"
     return None

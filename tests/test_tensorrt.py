@@ -24,9 +24,10 @@ from compress.models import count_parameters
 from compress.runners import Artifact, load_runner, skip_reason
 from conftest import CONLL_TAGS as TAGS
 from compress.parity import compared_logits
-from compress.tensorrt_engine import (EngineBuildError, EngineConfig, TrtRunner, build_engine, build_engines,
-                                      onnx_num_labels, parity_check, prepare_onnx, resolve_onnx,
-                                      take_rows, tensorrt_unavailable, training_batches)
+from compress.tensorrt_engine import (EngineConfig, build_engine, build_engines, onnx_num_labels, prepare_onnx,
+                                      take_rows, training_batches)
+from compress.tensorrt_runner import (EngineBuildError, TrtRunner, parity_check, resolve_onnx,
+                                      tensorrt_unavailable)
 from conftest import REPO, tiny_model  # noqa: E402
 
 REASON = tensorrt_unavailable()
