@@ -1,11 +1,11 @@
 """Augment the transfer set: more inputs for the teacher to label (the TinyBERT lesson).
 
-On a small task (MRPC: 3,668 training pairs) a distilled student needs more *inputs*
+On a small task (a few thousand training rows) a distilled student needs more *inputs*
 labelled by the teacher, not more gold labels. `augment(train, cfg)` returns new
 rows built only from the training split (never dev rows), deterministic for a seed:
 
-- `swap` (pairs): sentence B, sentence A. MRPC's label is symmetric, so the gold label is
-  kept; the student sees both orders the teacher was never trained to tie together.
+- `swap` (pairs): sentence B, sentence A, for a symmetric pair label (paraphrase), so the
+  gold label is kept; the student sees both orders the teacher was never trained to tie together.
 - `cross_pair` (pairs): sentence A of one pair with sentence B of another. Almost always
   "not equivalent"; the teacher's soft label says how much.
 - `word_drop`, `word_swap`, `word_replace` (pairs and single sentences): one sentence

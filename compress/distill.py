@@ -114,7 +114,7 @@ def cache_teacher_outputs(teacher_dir: Path, prepared: Prepared, out_dir: Path, 
     atomically: the rows and the logits that label them live and die together.
 
     A classifier's cache is fp32, one row per sentence. A tagger's holds one row per word
-    (its first piece; ~200k for CoNLL-2003) in float16, half the size: the rounding error
+    (its first piece) in float16, half the size: the rounding error
     (|logit| < 2048: at most 2^-11 relative) is recorded in meta.json as the largest
     absolute logit error and the largest change it makes to a position's distillation
     loss (KL at temperature 2), so the loss it feeds is known to stay exact enough."""

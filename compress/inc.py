@@ -2,7 +2,7 @@
 
 `inc_autotune(model, eval_fn, calib_batches, cfg, objective)` runs INC's `autotune` over an
 ordered list of INT8 configs and keeps the first whose dev score (`eval_fn`: the task's
-primary metric, named by `objective`: accuracy for SST-2/MRPC, entity F1 for CoNLL-2003)
+primary metric, named by `objective`: accuracy for a classifier, entity F1 for a tagger)
 is within `tolerable_loss` (relative) of the float baseline, the MLPerf-style "99% of FP32"
 bar at 0.01. The report lists every trial: its config, score (the `accuracy` keys, kept
 for compatibility; `objective` names the metric), relative loss, whether it met the goal,
@@ -44,9 +44,8 @@ usual `input_ids / attention_mask / token_type_ids` and has `.config`, like the 
 Word embeddings (`quantize_embeddings`, default true)
 -----------------------------------------------------
 INC's PT2E INT8 quantizes Linear layers only, and the word-embedding table (30,522 x 384)
-is two thirds of the 3x384 student. With `quantize_embeddings` the table is made INT8
-with one fp32 scale per row (`compress.quantize.quantize_rows`, symmetric; 0.73% mean
-relative row error on the real MiniLM table) *before* the model is exported, so the float
+is most of a small student's weights. With `quantize_embeddings` the table is made INT8
+with one fp32 scale per row (`compress.quantize.quantize_rows`, symmetric) *before* the model is exported, so the float
 baseline, every trial and the stored artifact all run exactly the dequantized per-row
 table: the accuracy INC tunes on and the stage measures is that of what is shipped. The
 baseline is then "FP32 with INT8 word embeddings"; the stage's comparison with the FP32

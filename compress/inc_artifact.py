@@ -14,7 +14,6 @@ rebuilds the graph, and `load_inc_int8` rebuilds and verifies it:
                         `<key>_scale` / `<key>_zero_point` (its weight quantization
                         parameters); with INT8 embeddings the word-embedding table as
                         `<key>_int8` + `<key>_scale` (per row); everything else float.
-                        17.9 MiB for the 3x384 student (FP32 weights: 66 MiB).
     config.json, tokenizer files
     inc_int8.json   the chosen config (approach, INC parameters, layers kept in float),
                     every literal quantization parameter of the graph (activation scales
@@ -366,8 +365,7 @@ class _FrozenCompiled(torch.nn.Module):
 def compile_int8(model: IncInt8Classifier) -> IncInt8Classifier:
     """The same model with its graph compiled by inductor (freezing on), which lowers the
     quantize/dequantize patterns to oneDNN INT8 kernels (needs a C++ compiler at run time).
-    Compiles lazily on the first call (15 s for the tiny test BERT, ~20-35 s for 6x384 on
-    a loaded 2-core machine); dynamic shapes, so new batch or sequence sizes do not
+    Compiles lazily on the first call (seconds to tens of seconds); dynamic shapes, so new batch or sequence sizes do not
     recompile. Call it under torch.no_grad(), not inference_mode (freezing then fails the
     same way). Logits differ from the eager (simulated) graph by rounding only (max ~2e-3
     on a 6x384 BERT)."""

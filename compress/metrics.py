@@ -1,8 +1,8 @@
 """Task metrics from logits: accuracy and macro-F1 of N classes, F1 of the second class
 (binary pair tasks), entity F1 for taggers; and their 95% bootstrap confidence intervals.
 
-Dev splits are small (SST-2 872 rows, MRPC 408), so a metric alone overstates how well
-two artifacts are told apart: on 872 rows a 90% accuracy is +-2 points at 95%.
+Dev splits are often small (hundreds of rows), so a metric alone overstates how well two
+artifacts are told apart: on 872 rows a 90% accuracy is +-2 points at 95%.
 `bootstrap_ci` gives a percentile bootstrap interval: the dev rows are resampled with
 replacement (as many as there are) `n_resamples` times, the metric is computed on each
 resample, and the interval is the (1 - level)/2 and (1 + level)/2 percentiles of those
