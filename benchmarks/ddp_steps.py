@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        prepare(PrepareConfig(source=args.source, max_train_rows=args.rows, max_dev_rows=64),
+        prepare(PrepareConfig(task="sst2", source=args.source, max_train_rows=args.rows, max_dev_rows=64),
                 tmp / "prepared")
         for nproc, threads in layouts:
             out = tmp / f"{nproc}x{threads}.json"

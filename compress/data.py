@@ -92,7 +92,7 @@ def data_card(task: Task, cfg: PrepareConfig, counts: dict[str, Counter], files:
     balance and content hash of the prepared file; for a tagger sentences, words,
     entities per type, words per tag and the tag scheme (IOB1/IOB2)."""
     card = {"task": task.name, "kind": task.kind, "labels": list(task.labels),
-            "label_names": list(task.label_names), "is_pair": task.is_pair, "source": cfg.source,
+            "label_names": list(task.label_names), "source": cfg.source,
             "files": {s: cfg.split_file(s) for s in ("train", "dev", "test") if cfg.split_file(s)},
             "format": cfg.format, "columns": cfg.kind_columns(), "splits": {}}
     for name, c in counts.items():
@@ -136,8 +136,8 @@ def task_of_card(card: dict, where: str) -> Task:
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    task: str = "sst2"  # the dataset's name: selects every section's by_task preset
-    source: str = "../shared/data/sst2"  # a directory of split files, or hub:<dataset id>
+    task: str  # the dataset's name: selects every section's by_task preset
+    source: str  # a directory of split files, or hub:<dataset id>
     kind: str = "classification"  # classification | pair_classification | token_classification
     format: str | None = None  # csv | tsv | jsonl | conll; null: from each file's extension
     train: str = "train.tsv"  # file names inside source (Hub split names for hub: sources)

@@ -46,22 +46,25 @@ def predict_stream(loaded: Loaded, examples: Iterable[Example], batch_size: int 
     bar = tqdm(total=total, desc="predict", unit="text", disable=not progress, file=sys.stderr)
     seen = 0
     for part in _chunks(examples, 4096):
-        yield from loaded.task.kind_impl.predict(loaded, part, batch_size, max_length)
-        bar.update(len(part))
+        yield from loaded.task.kind_impl.predict(loaded, part, batch_size, max_length, progress=bar.update)
         seen += len(part)
     bar.close()
     if not seen:
         raise UserError("no input texts: give texts as arguments, --file FILE, or lines on standard input")
 
 
-def classify_rows(loaded: Loaded, examples: list[Example], batch_size: int, max_length: int) -> list[dict]:
-    """Label and probability of every label for each row (a text or a text pair)."""
+def classify_rows(loaded: Loaded, examples: list[Example], batch_size: int, max_length: int,
+                  progress=None) -> list[dict]:
+    """Label and probability of every label for each row (a text or a text pair);
+    `progress(n)` is called as each batch of n rows is done."""
     from .tokens import collate, encode, eval_batches
 
     enc = encode(loaded.runner.tokenizer, examples, max_length)  # longer texts are truncated
     logits = np.zeros((len(examples), loaded.runner.num_labels), dtype=np.float32)
     for idx in eval_batches(enc.lengths(), batch_size):
         logits[idx] = loaded.runner(collate(enc, idx))
+        if progress is not None:
+            progress(len(idx))
     z = logits - logits.max(axis=1, keepdims=True)
     probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
     return [{"text": ex.text_a if ex.text_b is None else [ex.text_a, ex.text_b],

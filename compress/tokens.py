@@ -99,10 +99,10 @@ def encode_sentences(tokenizer, sentences: list[Sentence], max_length: int) -> T
     piece_labels = [a.labels for a in aligned]
     flat = [x for row in piece_labels for x in row if x != IGNORE]
     return TaggedEncoded(input_ids=[a.input_ids for a in aligned],
-                   token_type_ids=[[0] * len(a.input_ids) for a in aligned],
-                   labels=np.asarray(flat, dtype=np.int64),
-                   pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-                   piece_labels=piece_labels, word_tags=[s.tags for s in sentences])
+                         token_type_ids=[[0] * len(a.input_ids) for a in aligned],
+                         labels=np.asarray(flat, dtype=np.int64),
+                         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+                         piece_labels=piece_labels, word_tags=[s.tags for s in sentences])
 
 
 def encode_rows(tokenizer, examples: list[Example], max_length: int) -> Encoded:

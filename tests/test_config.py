@@ -32,6 +32,9 @@ def test_wrong_type_names_key():
         build(MeasureConfig, {"isolate": "yes"}, "measure")
 
 
+WHICH_DATA = {"task": "t", "source": "data/t"}  # PrepareConfig's required keys
+
+
 @pytest.mark.parametrize("cls,data,msg", [
     (FinetuneConfig, {"batch_size": 0}, "batch_size must be >= 1"),
     (FinetuneConfig, {"lr": -1.0}, "lr must be in"),
@@ -39,9 +42,9 @@ def test_wrong_type_names_key():
     (MeasureConfig, {"targets": ["tpu"]}, "unknown target 'tpu'"),
     (MeasureConfig, {"points": [[0, 128]]}, r"each point is \[batch >= 1, seq >= 2\]"),
     (MeasureConfig, {"min_duration_s": 10.0, "max_duration_s": 1.0}, "max_duration_s"),
-    (PrepareConfig, {"kind": "regression"}, "unknown kind .regression."),
-    (PrepareConfig, {"max_train_rows": 0}, "max_train_rows must be >= 1"),
-    (PrepareConfig, {"revision": "abc"}, "revision pins a Hub dataset"),
+    (PrepareConfig, {**WHICH_DATA, "kind": "regression"}, "unknown kind .regression."),
+    (PrepareConfig, {**WHICH_DATA, "max_train_rows": 0}, "max_train_rows must be >= 1"),
+    (PrepareConfig, {**WHICH_DATA, "revision": "abc"}, "revision pins a Hub dataset"),
     (TeacherConfig, {"max_length": 4}, r"max_length must be in \[8, 512\]"),
 ])
 def test_out_of_range_values(cls, data, msg):
@@ -98,3 +101,10 @@ def test_committed_mrpc_preset_is_step_based():
 def test_step_and_epoch_budgets_exclusive(data, msg):
     with pytest.raises(ConfigError, match=msg):
         FinetuneConfig(**data)
+
+
+def test_prepare_has_no_default_dataset():
+    with pytest.raises(ConfigError, match="missing required key 'prepare.task'"):
+        build(PrepareConfig, {"source": "../shared/data/x"}, "prepare")
+    with pytest.raises(ConfigError, match="missing required key 'prepare.source'"):
+        build(PrepareConfig, {"task": "x"}, "prepare")

@@ -21,9 +21,11 @@ Contract of a kind (a `TaskKind` subclass registered with `register`):
 - `validation_metric(gold, pred, labels)`: the primary metric from per-row gold and
   predicted positions (the INT8 accuracy checks' items);
 - `input_example(line, where)`: one line of `compress predict` input;
-- `predict(loaded, examples, batch_size, max_length)`: what `compress predict` prints;
+- `predict(loaded, examples, batch_size, max_length, progress)`: what `compress predict`
+  prints (`progress(n)` as n examples are done);
 - `augmentations`: the transfer-set augmentation kinds it supports (compress.augment);
 - `half_cache`: the teacher-logits cache is stored in float16 (one row per word: large);
+- `validation_metric_name`: what `validation_metric` computes, as reports name it;
 - `head`: the model head (compress.models.HEADS), `token_level`, `pair`.
 """
 from __future__ import annotations
@@ -116,7 +118,8 @@ class TaskKind:
     def input_example(self, line: str, where: str):
         raise NotImplementedError
 
-    def predict(self, loaded, examples: list, batch_size: int, max_length: int) -> list[dict]:
+    def predict(self, loaded, examples: list, batch_size: int, max_length: int, progress=None) -> list[dict]:
+        """What `compress predict` prints for each example; `progress(n)` as n are done."""
         raise NotImplementedError
 
 

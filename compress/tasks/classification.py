@@ -84,10 +84,10 @@ class Classification(TaskKind):
     def input_example(self, line, where):
         return Example(line, None, -1)
 
-    def predict(self, loaded, examples, batch_size, max_length):
+    def predict(self, loaded, examples, batch_size, max_length, progress=None):
         from ..stream import classify_rows
 
-        return classify_rows(loaded, examples, batch_size, max_length)
+        return classify_rows(loaded, examples, batch_size, max_length, progress)
 
 
 class PairClassification(Classification):

@@ -105,13 +105,16 @@ class TokenClassification(TaskKind):
     def input_example(self, line, where):
         return Example(line, None, -1)  # raw text: the tokenizer's words are tagged
 
-    def predict(self, loaded, examples, batch_size, max_length):
+    def predict(self, loaded, examples, batch_size, max_length, progress=None):
         from ..stream import tag_texts
 
         # a line of input, or a prepared sentence's words joined by spaces (the dev-stream
         # measurement tags the dev split the way users' text is tagged)
         texts = [" ".join(ex.words) if isinstance(ex, ner.Sentence) else ex.text_a for ex in examples]
-        return tag_texts(loaded, texts, batch_size, max_length)
+        out = tag_texts(loaded, texts, batch_size, max_length)
+        if progress is not None:
+            progress(len(texts))
+        return out
 
 
 register(TokenClassification())
