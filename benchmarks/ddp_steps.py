@@ -2,7 +2,7 @@
 
 Each layout fine-tunes the packaged teacher on the same SST-2 rows with the pipeline's own
 `finetune` (same global batch, schedule, bf16 autocast as params.yaml), the ranks started
-by torchrun's launcher as the stages start them (compress.distributed). Layouts run one
+by torchrun's launcher as the stages start them (compress.core.distributed). Layouts run one
 after another in one invocation, so their ratio is a same-run figure.
 
     python benchmarks/ddp_steps.py --layout 1x2 --layout 2x1 --steps 60 --json reports/ddp_steps.json
@@ -29,14 +29,14 @@ def worker(args) -> None:
     """One rank (or the single process): fine-tune, rank 0 writes the summary."""
     import yaml
 
-    from compress import distributed
-    from compress.config import build, section
-    from compress.data import Prepared
-    from compress.distributed import LaunchConfig
-    from compress.models import load_classifier
-    from compress.teacher import TeacherConfig
-    from compress.tokens import encode
-    from compress.train import finetune, seed_everything
+    from compress.core import distributed
+    from compress.core.config import build, section
+    from compress.data.prepare import Prepared
+    from compress.core.distributed import LaunchConfig
+    from compress.training.models import load_classifier
+    from compress.training.teacher import TeacherConfig
+    from compress.data.tokens import encode
+    from compress.training.train import finetune, seed_everything
 
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     teacher = section(params, "teacher", TeacherConfig)
@@ -80,8 +80,8 @@ def main(argv=None) -> int:
         worker(args)
         return 0
 
-    from compress.data import PrepareConfig, prepare
-    from compress.env import environment
+    from compress.data.prepare import PrepareConfig, prepare
+    from compress.core.env import environment
 
     layouts = [tuple(int(x) for x in text.lower().split("x")) for text in (args.layout or ["1x2", "2x1"])]
     results = []

@@ -26,9 +26,9 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from compress.config import load_params, merge, section  # noqa: E402
-from compress.data import Prepared  # noqa: E402
-from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill  # noqa: E402
+from compress.core.config import load_params, merge, section  # noqa: E402
+from compress.data.prepare import Prepared  # noqa: E402
+from compress.training.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill  # noqa: E402
 
 
 def parse_value(value: str):

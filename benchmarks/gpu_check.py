@@ -7,7 +7,7 @@
 2. The suite's GPU tests (tests/test_measure.py, test_tensorrt.py, test_cudagraph.py), with
    their skip reasons.
 3. Latency at 1x16, 1x128, 1x512, 32x128 and 256x128 of the student, teacher and bert-base
-   geometries, as eager FP32, eager FP16 and CUDA-graph FP16 (compress.cudagraph), plus
+   geometries, as eager FP32, eager FP16 and CUDA-graph FP16 (compress.backends.cudagraph), plus
    TensorRT and ONNX Runtime's CUDA provider where installed, else their skip reasons.
    Trained models come from models/ when present, else random weights of the same
    geometry (latency only). The CUDA-graph rows record their argmax agreement with eager
@@ -40,7 +40,7 @@ VARIANTS = ("eager_fp32", "eager_fp16", "cudagraph_fp16", "tensorrt_fp16", "ort_
 
 
 def cuda_facts() -> dict:
-    from compress.runners import cuda_unavailable
+    from compress.backends.base import cuda_unavailable
 
     reason = cuda_unavailable()
     facts = {"torch": torch.__version__, "cuda_build": torch.version.cuda, "usable": reason is None,
@@ -67,7 +67,7 @@ def model_dir(name: str, geometry: tuple, tmp: Path) -> tuple[Path, str]:
         return REPO / "models" / trained, f"models/{trained}"
     from transformers import BertConfig, BertForSequenceClassification
 
-    from compress.models import load_classifier, save_classifier
+    from compress.training.models import load_classifier, save_classifier
 
     _, tok, _ = load_classifier("random:tiny", 2)  # the bert-base-uncased vocabulary
     torch.manual_seed(0)
@@ -87,8 +87,8 @@ def make_batch(batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
 
 def variant_runner(variant: str, path: Path, name: str):
     """(runner, None) or (None, why it cannot run here)."""
-    from compress.cudagraph import CudaGraphRunner
-    from compress.runners import Artifact, TorchRunner
+    from compress.backends.cudagraph import CudaGraphRunner
+    from compress.backends.base import Artifact, TorchRunner
 
     if variant == "eager_fp32":
         return TorchRunner(Artifact(name, path), "gpu", 1), None
@@ -104,7 +104,7 @@ def variant_runner(variant: str, path: Path, name: str):
             return None, "the tensorrt package is not installed (pip install tensorrt)"
         if not engine.is_dir():
             return None, f"no engine at {engine.relative_to(REPO)}: build it with `dvc repro tensorrt`"
-        from compress.tensorrt_runner import TrtRunner
+        from compress.backends.tensorrt_runner import TrtRunner
 
         return TrtRunner(Artifact(f"{name}_trt_fp16", engine, format="tensorrt", precision="fp16"), "gpu", 1), None
     if variant == "ort_cuda_fp32":
@@ -116,14 +116,14 @@ def variant_runner(variant: str, path: Path, name: str):
         onnx_dir = REPO / "models" / f"{name}_onnx"
         if not onnx_dir.is_dir():
             return None, f"no ONNX export at {onnx_dir.relative_to(REPO)}: build it with `dvc repro export_onnx`"
-        from compress.onnx_runtime import OrtRunner
+        from compress.backends.onnx_runtime import OrtRunner
 
         return OrtRunner(Artifact(f"{name}_onnx", onnx_dir, format="onnx"), "gpu", 1), None
     raise ValueError(variant)
 
 
 def measure_variant(runner, points, warmup: int, min_queries: int, min_s: float) -> list[dict]:
-    from compress.measure import _is_oom, latency_point, time_queries
+    from compress.measure.harness import _is_oom, latency_point, time_queries
 
     out = []
     for batch, seq in points:

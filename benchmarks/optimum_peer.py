@@ -16,8 +16,8 @@ same float checkpoint (``--model``) and measuring it beside the project's artifa
   SessionOptions (CPUExecutionProvider, intra-op threads = ``--threads``, inter-op 1,
   ORT_ENABLE_ALL, sequential), fed by one tokenizer (the one in ``--model``), so the only
   difference measured is the graph. Accuracy and latency use the project's own harness
-  pieces (``compress.tokens`` encode/collate/eval_batches, ``compress.measure.time_queries``
-  and ``latency_point``, ``compress.metrics.classification_metrics``):
+  pieces (``compress.data.tokens`` encode/collate/eval_batches, ``compress.measure.harness.time_queries``
+  and ``latency_point``, ``compress.measure.metrics.classification_metrics``):
 
   * accuracy: the whole dev split of ``--data`` (plus the float Optimum export, for
     reference), and prediction agreement between the two INT8 graphs;
@@ -41,9 +41,9 @@ optimum-intel's route:
      tokens, optimum-intel's documented text-classification recipe.
 
   Every route, project and peer, is measured by the project's harness itself,
-  ``compress.measure.measure`` (the benchmark stage's accuracy pass and latency points
+  ``compress.measure.harness.measure`` (the benchmark stage's accuracy pass and latency points
   [1, ``--seq``] and [``--batch``, ``--seq``], same dev sentences), through a runner: the
-  project's via ``compress.runners.load_runner(Artifact(name, path, "openvino", precision))``,
+  project's via ``compress.backends.base.load_runner(Artifact(name, path, "openvino", precision))``,
   optimum-intel's via ``OptimumIntelRunner`` below (its ``OVModelForSequenceClassification``
   compiled with ``INFERENCE_NUM_THREADS=--threads, NUM_STREAMS=1, PERFORMANCE_HINT=LATENCY``
   and the project row's runtime settings: its ``INFERENCE_PRECISION_HINT`` and CPU pinning as
@@ -103,8 +103,8 @@ OV_PAIRS = (("fp32", "student_ov", "optimum_intel_ov"),
 OV_PEER_FORMAT = "optimum_intel_openvino"  # the peer runner's format while it is registered
 OV_RUNNER_MODULE = "_optimum_peer_openvino_runner"  # the module name it is registered under
 OV_BUILD_HINT = ("the project's OpenVINO artifacts are built by the openvino stage "
-                 "(compress/openvino_ir.py; dvc repro)")
-OV_SEED = 0  # the calibration sample of the training split (compress.openvino_ir's default seed)
+                 "(compress/backends/openvino_ir.py; dvc repro)")
+OV_SEED = 0  # the calibration sample of the training split (compress.backends.openvino_ir's default seed)
 OV_RUNTIME_FILE = "peer_runtime.json"  # beside a peer IR: what each precision is compiled with
 
 
@@ -126,7 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "ORTQuantizer avx512_vnni (is_static=False, per_channel=False), interleaved batch-1 "
                     "latency. openvino check: the project's OpenVINO IR (FP32, BF16, INT8) against "
                     "optimum-intel (OVModelForSequenceClassification export=True, OVQuantizer static "
-                    "INT8 PTQ on training rows), all measured by compress.measure.measure with the same "
+                    "INT8 PTQ on training rows), all measured by compress.measure.harness.measure with the same "
                     "threads. Both: accuracy on the dev split, prediction agreement, latency, size.",
         epilog=f"Needs the peer extra: {INSTALL_HINT}",
     )
@@ -325,9 +325,9 @@ class _LocalDirCheckFilter(logging.Filter):
 def calibration_rows(prepared, tokenizer, rows: int, max_length: int) -> list[dict[str, np.ndarray]]:
     """`rows` TRAINING rows, the same seeded sample the project's INT8 IR calibrates on with
     its defaults (the first rows of random.Random(0).sample of the split, as
-    compress.openvino_ir.training_slices), each one item (1, max_length) padded to max_length
+    compress.backends.openvino_ir.training_slices), each one item (1, max_length) padded to max_length
     as optimum-intel's documented text-classification recipe does (padding="max_length")."""
-    from compress.tokens import collate, encode
+    from compress.data.tokens import collate, encode
 
     train = prepared.split("train")
     if not train:
@@ -389,11 +389,11 @@ def build_optimum_intel(model_dir: Path, work_dir: Path, tokenizer, calibration:
 
 
 def default_runtime(precision: str) -> dict:
-    """The project's rule (compress.openvino_ir.runtime_settings with its defaults): fp32 runs
+    """The project's rule (compress.backends.openvino_ir.runtime_settings with its defaults): fp32 runs
     at f32, bf16 at bf16, and what an INT8 graph leaves in float at bf16 where the CPU has
     native bf16, else f32; no CPU pinning."""
     if precision == "int8":
-        from compress.env import bf16_unavailable
+        from compress.core.env import bf16_unavailable
 
         hint = "f32" if bf16_unavailable() else "bf16"
     else:
@@ -448,8 +448,8 @@ def ir_constant_count(model) -> int:
 
 
 class OptimumIntelRunner:
-    """optimum-intel's OVModelForSequenceClassification as a runner of compress.runners: the
-    harness (compress.measure) feeds it the project's collated int64 batches and reads fp32
+    """optimum-intel's OVModelForSequenceClassification as a runner of compress.backends.base: the
+    harness (compress.measure.harness) feeds it the project's collated int64 batches and reads fp32
     logits (batch, labels), exactly as it does the project's OpenVinoRunner."""
     backend = "optimum-intel-openvino-cpu"
 
@@ -457,7 +457,7 @@ class OptimumIntelRunner:
         reason = self.unavailable(target)
         if reason:
             raise RuntimeError(reason)
-        from compress.models import load_tokenizer
+        from compress.training.models import load_tokenizer
 
         OVModelForSequenceClassification = import_optimum_intel()[0]
         self.runtime = peer_runtime(Path(artifact.path), artifact.precision)
@@ -547,9 +547,9 @@ def compiled_properties(compiled) -> dict:
 
 @contextlib.contextmanager
 def peer_runner_registered():
-    """Registers OptimumIntelRunner with compress.runners (format OV_PEER_FORMAT) for the
-    duration, so compress.measure.measure loads it like any project runner; restores after."""
-    import compress.runners as runners
+    """Registers OptimumIntelRunner with compress.backends.base (format OV_PEER_FORMAT) for the
+    duration, so compress.measure.harness.measure loads it like any project runner; restores after."""
+    import compress.backends.base as runners
 
     module = types.ModuleType(OV_RUNNER_MODULE)
     module.OptimumIntelRunner = OptimumIntelRunner
@@ -575,11 +575,11 @@ _PEER_ARTIFACT = None
 
 
 def peer_artifact(name: str, path: Path, precision: str, parent: str | None = None):
-    """An Artifact of the peer format (compress.runners.Artifact accepts only the project's
+    """An Artifact of the peer format (compress.backends.base.Artifact accepts only the project's
     FORMATS, so a subclass checks the precision alone)."""
     global _PEER_ARTIFACT
     if _PEER_ARTIFACT is None:
-        from compress.runners import PRECISIONS, Artifact
+        from compress.backends.base import PRECISIONS, Artifact
 
         @dataclasses.dataclass(frozen=True)
         class PeerArtifact(Artifact):
@@ -618,7 +618,7 @@ def model_size_mb(path: Path) -> float:
 
 
 def make_session(path: Path, threads: int, label: str):
-    from compress.onnx_export import cpu_session  # the session options every project measurement uses
+    from compress.backends.onnx_export import cpu_session  # the session options every project measurement uses
 
     try:
         return cpu_session(path, threads)
@@ -647,7 +647,7 @@ class Graph:
 
 
 def dev_logits(graph: Graph, enc, batches, num_labels: int) -> np.ndarray:
-    from compress.tokens import collate
+    from compress.data.tokens import collate
 
     logits = np.zeros((len(enc), num_labels), dtype=np.float32)
     for idx in batches:
@@ -661,7 +661,7 @@ def dev_logits(graph: Graph, enc, batches, num_labels: int) -> np.ndarray:
 
 def interleaved_latency(graphs: dict[str, Graph], batch: dict[str, np.ndarray], args) -> dict:
     """A/B/A/B rounds; every round of every graph gets the same query/time budget."""
-    from compress.measure import latency_point, time_queries
+    from compress.measure.harness import latency_point, time_queries
 
     per_q = math.ceil(args.min_queries / args.rounds)
     per_min_s = args.min_duration_s / args.rounds
@@ -691,9 +691,9 @@ def run(args: argparse.Namespace) -> dict:
     if "openvino" in checks:
         import_optimum_intel()
 
-    from compress.data import DataError, Prepared
-    from compress.env import cpu_info, library_versions
-    from compress.models import load_tokenizer
+    from compress.data.prepare import DataError, Prepared
+    from compress.core.env import cpu_info, library_versions
+    from compress.training.models import load_tokenizer
 
     try:
         prepared = Prepared.open(args.data)
@@ -737,8 +737,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def run_onnx(args, prepared, dev, tokenizer, work_dir: Path, temporary: bool) -> dict:
     """The onnx check: the project's ONNX INT8 graph against Optimum's ONNX route."""
-    from compress.metrics import classification_metrics
-    from compress.tokens import collate, encode, eval_batches
+    from compress.measure.metrics import classification_metrics
+    from compress.data.tokens import collate, encode, eval_batches
 
     num_labels = prepared.task.num_labels
     project = Graph("project", args.project_onnx, args.threads)  # a bad file fails before the build
@@ -747,7 +747,7 @@ def run_onnx(args, prepared, dev, tokenizer, work_dir: Path, temporary: bool) ->
     graphs = {"project": project, "optimum": Graph("optimum", peer["int8_path"], args.threads)}
     reference = Graph("optimum_fp32", peer["fp32_path"], args.threads)
 
-    # Accuracy: the whole dev split, batched and padded exactly as compress.measure does.
+    # Accuracy: the whole dev split, batched and padded exactly as compress.measure.harness does.
     print(f"accuracy on {len(dev)} dev rows ...", file=sys.stderr, flush=True)
     enc = encode(tokenizer, dev, args.eval_max_length)
     batches = eval_batches(enc.lengths(), args.eval_batch_size)
@@ -760,7 +760,7 @@ def run_onnx(args, prepared, dev, tokenizer, work_dir: Path, temporary: bool) ->
     ref_pred = ref_logits.argmax(-1)
     differ = pred["project"] != pred["optimum"]
 
-    # Latency: one real dev sentence, padded to exactly --seq tokens (as compress.measure).
+    # Latency: one real dev sentence, padded to exactly --seq tokens (as compress.measure.harness).
     print(f"latency at batch 1 x seq {args.seq}, {args.rounds} interleaved rounds per route ...",
           file=sys.stderr, flush=True)
     enc_seq = encode(tokenizer, dev, args.seq)
@@ -873,9 +873,9 @@ def _combine_rounds(records: list[dict], seq: int, batch: int) -> dict:
 
 def run_openvino(args, prepared, tokenizer, work_dir: Path, temporary: bool) -> dict:
     """The openvino check: the project's OpenVINO artifacts against optimum-intel's FP32 IR and
-    static INT8, every route measured by compress.measure.measure in interleaved rounds."""
-    from compress.measure import MeasureConfig, measure
-    from compress.runners import Artifact, load_runner, skip_reason
+    static INT8, every route measured by compress.measure.harness.measure in interleaved rounds."""
+    from compress.measure.harness import MeasureConfig, measure
+    from compress.backends.base import Artifact, load_runner, skip_reason
 
     project_specs = {"student_ov": (args.project_ov, "fp32", None, "--project-ov"),
                      "student_ov_bf16": (args.project_ov, "bf16", "student_ov", "--project-ov"),
@@ -947,8 +947,8 @@ def run_openvino(args, prepared, tokenizer, work_dir: Path, temporary: bool) -> 
             except (ImportError, ValueError) as e:
                 if route["side"] != "project":
                     raise failed(name, "cannot be registered", e) from e
-                route.update(status="missing", reason="the project's OpenVINO runner (compress.runners "
-                             f"'openvino' -> compress.openvino_ir) is not available: {type(e).__name__}: {e}")
+                route.update(status="missing", reason="the project's OpenVINO runner (compress.backends.base "
+                             f"'openvino' -> compress.backends.openvino_ir) is not available: {type(e).__name__}: {e}")
                 continue
             if reason:
                 route.update(status="skipped", reason=reason)
@@ -1030,7 +1030,7 @@ def run_openvino(args, prepared, tokenizer, work_dir: Path, temporary: bool) -> 
 
     return {
         "project_artifacts": {"fp32_dir": str(args.project_ov), "int8_dir": str(args.project_ov_int8),
-                              "runner": "compress.runners.load_runner(Artifact(name, path, 'openvino', precision), "
+                              "runner": "compress.backends.base.load_runner(Artifact(name, path, 'openvino', precision), "
                                         "'cpu', threads)"},
         "project_measured": any(r["status"] == "ok" for r in routes.values() if r["side"] == "project"),
         "optimum_intel_route": {**{k: v for k, v in peer.items() if not k.endswith("_dir")}, **shown,
@@ -1038,7 +1038,7 @@ def run_openvino(args, prepared, tokenizer, work_dir: Path, temporary: bool) -> 
                                           "dir, ov_config=..., device='CPU')",
                                 "runtime": runtime,
                                 "default_inference_precision": optimum_default},
-        "measure": {"harness": "compress.measure.measure", "isolate": False, "target": "cpu",
+        "measure": {"harness": "compress.measure.harness.measure", "isolate": False, "target": "cpu",
                     "points": base.points, "seq_len": args.seq, "batch_size": args.batch,
                     "eval_max_length": args.eval_max_length, "eval_batch_size": args.eval_batch_size,
                     "threads": args.threads, "rounds": args.rounds,
@@ -1091,7 +1091,7 @@ def render_openvino(res: dict) -> str:
         f"training rows padded to {cal['seq_len']}; compiled with the project's runtime settings per row "
         f"(optimum-intel left to its defaults would run at {route_info.get('default_inference_precision')})",
         f"project route: {ov['project_artifacts']['fp32_dir']}, {ov['project_artifacts']['int8_dir']} via "
-        "compress.runners.load_runner(Artifact(..., 'openvino', precision)); 'runs at' is the inference "
+        "compress.backends.base.load_runner(Artifact(..., 'openvino', precision)); 'runs at' is the inference "
         "precision each compiled model reports",
         "",
         "| | precision | runs at | " + " | ".join(metric_names)
@@ -1196,12 +1196,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(render(res))
     if args.json is not None:
-        from compress.io import atomic_write_json
+        from compress.core.io import atomic_write_json
 
         atomic_write_json(args.json, res)
         print(f"wrote {args.json}")
     if args.readme is not None:
-        from compress.io import replace_block
+        from compress.core.io import replace_block
 
         replace_block(args.readme, PEER_START, PEER_END, render(res))
         print(f"updated {args.readme}")

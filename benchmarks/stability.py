@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from compress.config import load_params, section  # noqa: E402
-from compress.measure import MeasureConfig, measure  # noqa: E402
+from compress.core.config import load_params, section  # noqa: E402
+from compress.measure.harness import MeasureConfig, measure  # noqa: E402
 from compress.predict import artifact_at  # noqa: E402
 
 

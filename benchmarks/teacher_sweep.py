@@ -1,6 +1,6 @@
 """Teacher fine-tuning sweep on one task: dev accuracy/F1 and wall time per setting.
 
-Each setting fine-tunes the packaged teacher with the pipeline's own code (compress.teacher)
+Each setting fine-tunes the packaged teacher with the pipeline's own code (compress.training.teacher)
 on a task prepared with the pipeline's prepare verb, one after another in one process.
 
     python benchmarks/teacher_sweep.py --task mrpc --source ../shared/data/mrpc \
@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.distill_levers import parse_value  # noqa: E402
-from compress.config import build  # noqa: E402
-from compress.data import PrepareConfig, Prepared, prepare  # noqa: E402
-from compress.teacher import TeacherConfig, build_teacher  # noqa: E402
+from compress.core.config import build  # noqa: E402
+from compress.data.prepare import PrepareConfig, Prepared, prepare  # noqa: E402
+from compress.training.teacher import TeacherConfig, build_teacher  # noqa: E402
 
 
 def parse_setting(text: str) -> dict:

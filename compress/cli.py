@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import UserError
+from compress.core.errors import UserError
 
 # Heavy libraries (torch, transformers, the runtimes) are imported by the commands that use
 # them, after their arguments are checked: a bad path is refused in a fraction of a second.
@@ -15,7 +15,7 @@ from .errors import UserError
 
 def artifact_at(path: Path, name: str | None = None):
     """compress.predict.artifact_at, imported when a command needs it."""
-    from .predict import artifact_at as at
+    from compress.predict import artifact_at as at
 
     return at(path, name)
 
@@ -36,7 +36,7 @@ def _points(text: str) -> list[int]:
 
 
 def cmd_env(args) -> None:
-    from .env import environment
+    from compress.core.env import environment
 
     print(json.dumps(environment(), indent=2))
 
@@ -46,7 +46,7 @@ def prepare_config(params_path: str, task: str | None, source: str | None, sets:
     `source` and `KEY=VALUE` settings over it."""
     import yaml
 
-    from .config import ConfigError, build, load_params, resolve_preset, task_names
+    from compress.core.config import ConfigError, build, load_params, resolve_preset, task_names
 
     params = load_params(params_path)
     prep = dict(params.get("prepare") or {})
@@ -61,13 +61,13 @@ def prepare_config(params_path: str, task: str | None, source: str | None, sets:
         data[key] = yaml.safe_load(value)
     if source:
         data["source"] = source
-    from .data import PrepareConfig
+    from compress.data.prepare import PrepareConfig
 
     return build(PrepareConfig, data, "prepare")
 
 
 def cmd_validate_data(args) -> None:
-    from .data import label_set, read_split
+    from compress.data.prepare import label_set, read_split
 
     cfg = prepare_config(args.params, args.task, args.source, args.set)
     task, facts = label_set(cfg)
@@ -82,10 +82,10 @@ def cmd_validate_data(args) -> None:
 
 
 def cmd_measure(args) -> None:
-    from .config import build
-    from .env import environment
-    from .measure import MeasureConfig, measure
-    from .report import make_report, render_markdown
+    from compress.core.config import build
+    from compress.core.env import environment
+    from compress.measure.harness import MeasureConfig, measure
+    from compress.report.schema import make_report, render_markdown
 
     overrides = {"targets": args.targets, "threads": args.threads}
     if args.points:
@@ -100,10 +100,10 @@ def cmd_measure(args) -> None:
 
 
 def cmd_report(args) -> None:
-    from . import comparison
-    from .html_report import render_html
-    from .io import atomic_write_text
-    from .report import read_report, render_markdown
+    from compress.report import comparison
+    from compress.report.html import render_html
+    from compress.core.io import atomic_write_text
+    from compress.report.schema import read_report, render_markdown
 
     for p in args.reports:
         report = read_report(p)
@@ -125,7 +125,7 @@ def cmd_predict(args) -> None:
     from contextlib import ExitStack
 
     _artifact_dir(args.artifact)
-    from .predict import load, parse_lines, predict_stream
+    from compress.predict import load, parse_lines, predict_stream
 
     loaded = load(args.artifact, args.task, args.target, args.threads)
     kind = loaded.task.kind_impl
@@ -158,8 +158,8 @@ def cmd_predict(args) -> None:
 
 
 def cmd_link_sources(args) -> None:
-    from .config import load_params
-    from .experiments import link_source
+    from compress.core.config import load_params
+    from compress.core.experiments import link_source
 
     source = str((load_params(args.params).get("prepare") or {}).get("source") or ".")
     link = link_source(source)
@@ -169,7 +169,7 @@ def cmd_link_sources(args) -> None:
 
 def cmd_evaluate(args) -> None:
     _artifact_dir(args.artifact)
-    from .predict import evaluate, load
+    from compress.predict import evaluate, load
 
     loaded = load(args.artifact, args.task, args.target, args.threads)
     sets = (args.set or []) + ([f"{args.split}={args.file}"] if args.file else [])

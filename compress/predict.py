@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .data import Example
-from .tasks.base import Task
-from .errors import UserError
-from .select import file_hashes
-from .stream import Loaded, predict_stream, tag_texts  # noqa: F401  (the public API of predict)
+from compress.data.prepare import Example
+from compress.tasks.base import Task
+from compress.core.errors import UserError
+from compress.report.select import file_hashes
+from compress.stream import Loaded, predict_stream, tag_texts  # noqa: F401  (the public API of predict)
 
 DEFAULT_ARTIFACT = Path("models/production")
 
@@ -48,7 +48,7 @@ def verify(path: Path) -> dict | None:
 def artifact_at(path: Path, name: str | None = None):
     """An Artifact for a directory any stage wrote, its format and precision read from
     the files in it."""
-    from .runners import Artifact
+    from compress.backends.base import Artifact
 
     if not path.is_dir():
         raise SystemExit(f"error: {path}: no such artifact directory")
@@ -64,8 +64,8 @@ def artifact_at(path: Path, name: str | None = None):
     if (path / "inc_int8.json").is_file():
         return Artifact(name or path.name, path, "pytorch_inc", "int8")
     if (path / "model.onnx").is_file():
-        from .onnx_export import op_counts
-        from .onnx_runtime import QUANT_OPS
+        from compress.backends.onnx_export import op_counts
+        from compress.backends.onnx_runtime import QUANT_OPS
 
         int8 = bool(QUANT_OPS & set(op_counts(path / "model.onnx")))
         return Artifact(name or path.name, path, "onnx", "int8" if int8 else "fp32")
@@ -143,7 +143,7 @@ def resolve_task(path: str | Path, task: str | None = None) -> Task:
 
 def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: str = "cpu",
          threads: int = 2) -> Loaded:
-    from .runners import load_runner, skip_reason
+    from compress.backends.base import load_runner, skip_reason
 
     path = Path(path)
     if not path.is_dir():
@@ -153,7 +153,7 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
     found = resolve_task(path, task)  # before any weights are loaded: a wrong task stops here
     art = artifact_at(path)
     if meta:  # the promoted record knows what it is; the files alone may not
-        from .runners import Artifact
+        from compress.backends.base import Artifact
 
         art = Artifact(meta["artifact"], path, meta["format"], meta["precision"])
     reason = skip_reason(art, target)
@@ -184,13 +184,13 @@ def predict(loaded: Loaded, examples: list[Example], batch_size: int = 32, max_l
 
 
 def evaluate(loaded: Loaded, cfg, split: str = "dev", batch_size: int = 64, max_length: int = 128) -> dict:
-    """Metrics of the artifact on a split of the source `cfg` (a compress.data.PrepareConfig)
+    """Metrics of the artifact on a split of the source `cfg` (a compress.data.prepare.PrepareConfig)
     describes, validated like the pipeline's data with the artifact's own labels (a label
     the model does not know is an error naming file and line): the task's metrics, and for
     a tagger entities and F1 per entity type."""
-    from .data import read_split
-    from .metrics import task_metrics
-    from .tokens import encode, eval_batches, position_logits
+    from compress.data.prepare import read_split
+    from compress.measure.metrics import task_metrics
+    from compress.data.tokens import encode, eval_batches, position_logits
 
     examples = list(read_split(cfg, split, loaded.task))
     if not examples:

@@ -11,8 +11,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .data import Example
-from .errors import UserError
+from compress.data.prepare import Example
+from compress.core.errors import UserError
 
 
 @dataclass
@@ -57,7 +57,7 @@ def classify_rows(loaded: Loaded, examples: list[Example], batch_size: int, max_
                   progress=None) -> list[dict]:
     """Label and probability of every label for each row (a text or a text pair);
     `progress(n)` is called as each batch of n rows is done."""
-    from .tokens import collate, encode, eval_batches
+    from compress.data.tokens import collate, encode, eval_batches
 
     enc = encode(loaded.runner.tokenizer, examples, max_length)  # longer texts are truncated
     logits = np.zeros((len(examples), loaded.runner.num_labels), dtype=np.float32)
@@ -78,8 +78,8 @@ def tag_texts(loaded: Loaded, texts: list[str], batch_size: int, max_length: int
     from its first piece, BIO spans (conlleval rules) as character spans of the text.
     `score`: the smallest probability the model gave to the tags of the entity's words.
     Words cut by max_length are tagged O."""
-    from .ner import OUTSIDE, Sentence, entities_in_text, words_with_spans
-    from .tokens import encode, eval_batches, position_logits
+    from compress.tasks.iob import OUTSIDE, Sentence, entities_in_text, words_with_spans
+    from compress.data.tokens import encode, eval_batches, position_logits
 
     tok = loaded.runner.tokenizer
     spans = [words_with_spans(tok, t) for t in texts]

@@ -5,11 +5,11 @@ import time
 
 from tqdm.auto import tqdm
 
-from compress.benchmark import BenchmarkConfig, artifacts_from_reports, benchmark
-from compress.config import section
-from compress.data import Prepared
-from compress.env import environment
-from compress.report import make_report, read_report, write_report
+from compress.measure.benchmark import BenchmarkConfig, artifacts_from_reports, benchmark
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.core.env import environment
+from compress.report.schema import make_report, read_report, write_report
 
 from .common import MODELS, PREPARED, REPORTS, run
 

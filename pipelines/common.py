@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from compress import distributed
-from compress.config import load_params, section
-from compress.distributed import LaunchConfig
-from compress.errors import UserError
+from compress.core import distributed
+from compress.core.config import load_params, section
+from compress.core.distributed import LaunchConfig
+from compress.core.errors import UserError
 
 PREPARED = Path("data/prepared")
 CACHE = Path("data/teacher_logits")  # teacher outputs on the transfer set
@@ -39,7 +39,7 @@ def run(stage_main, launch: Callable[[dict], bool] | None = None) -> None:
 
     A full disk or an unwritable output is a user error too: the message names the path
     and the fix. Outputs are written to temporary siblings and moved into place only when
-    complete (compress.io), so what an earlier run built is still there, unchanged.
+    complete (compress.core.io), so what an earlier run built is still there, unchanged.
 
     Training stages pass `launch(params)`, true when the stage trains: with the `launch`
     section asking for several processes, the stage (started as one process by its

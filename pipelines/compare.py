@@ -10,10 +10,10 @@ from pathlib import Path
 
 import yaml
 
-from compress import comparison
-from compress.html_report import render_html
-from compress.io import atomic_write_json, atomic_write_text
-from compress.report import read_report
+from compress.report import comparison
+from compress.report.html import render_html
+from compress.core.io import atomic_write_json, atomic_write_text
+from compress.report.schema import read_report
 
 from .common import PLOTS, REPORTS, run
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from compress.env import environment
-from compress.measure import MeasureConfig, measure_with_reference
-from compress.report import make_report, primary_metric, write_report
-from compress.runners import Artifact
+from compress.core.env import environment
+from compress.measure.harness import MeasureConfig, measure_with_reference
+from compress.report.schema import make_report, primary_metric, write_report
+from compress.backends.base import Artifact
 
 from .common import PREPARED, REPORTS
 

@@ -2,14 +2,14 @@
 control with the same budget, measure both, and the teacher again in the same run."""
 import time
 
-from compress import distributed
-from compress.config import section
-from compress.data import Prepared
-from compress.distill import DistillConfig, distill
-from compress.env import environment
-from compress.measure import MeasureConfig, measure_with_reference
-from compress.report import make_report, write_report
-from compress.runners import Artifact
+from compress.core import distributed
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.training.distill import DistillConfig, distill
+from compress.core.env import environment
+from compress.measure.harness import MeasureConfig, measure_with_reference
+from compress.report.schema import make_report, write_report
+from compress.backends.base import Artifact
 
 from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
 from .derived import headline, retained_key, retained_vs

@@ -4,11 +4,11 @@ beside the PyTorch parents in the same run. The plain (unfused) exports go to
 models/onnx_plain/ for TensorRT."""
 import time
 
-from compress.config import section
-from compress.data import Prepared
-from compress.measure import MeasureConfig
-from compress.onnx_export import ExportConfig, export_onnx
-from compress.runners import Artifact
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.measure.harness import MeasureConfig
+from compress.backends.onnx_export import ExportConfig, export_onnx
+from compress.backends.base import Artifact
 
 from .common import MODELS, PREPARED, run
 from .derived import measure_and_report

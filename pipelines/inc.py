@@ -4,18 +4,18 @@ entity F1 for CoNLL-2003), measured beside the float student."""
 import random
 import time
 
-from compress.config import section
-from compress.data import Prepared
-from compress.env import environment
-from compress.inc import IncConfig, IncGoalNotMet, inc_autotune
-from compress.inc_artifact import save_inc_int8
-from compress.measure import MeasureConfig
-from compress.metrics import task_metrics
-from compress.models import load_saved
-from compress.report import make_report, write_report
-from compress.runners import Artifact
-from compress.tokens import collate, encode, eval_batches
-from compress.train import predict_logits
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.core.env import environment
+from compress.backends.inc import IncConfig, IncGoalNotMet, inc_autotune
+from compress.backends.inc_artifact import save_inc_int8
+from compress.measure.harness import MeasureConfig
+from compress.measure.metrics import task_metrics
+from compress.training.models import load_saved
+from compress.report.schema import make_report, write_report
+from compress.backends.base import Artifact
+from compress.data.tokens import collate, encode, eval_batches
+from compress.training.train import predict_logits
 
 from .common import MODELS, PREPARED, REPORTS, run
 from .derived import measure_and_report

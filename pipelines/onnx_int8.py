@@ -2,10 +2,10 @@
 their ONNX FP32 parents in the same run."""
 import time
 
-from compress.config import section
-from compress.measure import MeasureConfig
-from compress.onnx_runtime import OrtQuantConfig, quantize_onnx
-from compress.runners import Artifact
+from compress.core.config import section
+from compress.measure.harness import MeasureConfig
+from compress.backends.onnx_runtime import OrtQuantConfig, quantize_onnx
+from compress.backends.base import Artifact
 
 from .common import MODELS, run
 from .derived import measure_and_report

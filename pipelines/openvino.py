@@ -4,13 +4,13 @@ parity-checked against ONNX Runtime FP32 on dev batches (the stage fails when th
 is off by more than `parity_atol`), measured beside the fused ONNX FP32 parents."""
 import time
 
-from compress.config import section
-from compress.data import Prepared
-from compress.measure import MeasureConfig
-from compress.models import load_tokenizer
-from compress.onnx_export import parity_batches
-from compress.openvino_ir import OpenVinoConfig, build_openvino
-from compress.runners import Artifact
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.measure.harness import MeasureConfig
+from compress.training.models import load_tokenizer
+from compress.backends.onnx_export import parity_batches
+from compress.backends.openvino_ir import OpenVinoConfig, build_openvino
+from compress.backends.base import Artifact
 
 from .common import MODELS, PREPARED, run
 from .derived import measure_and_report

@@ -1,9 +1,9 @@
 """Stage `prepare`: validate the task data and write the prepared splits and data card."""
-from compress.config import section
-from compress.data import PrepareConfig, prepare
-from compress.env import environment
-from compress.experiments import in_experiment_copy, link_source
-from compress.report import make_report, write_report
+from compress.core.config import section
+from compress.data.prepare import PrepareConfig, prepare
+from compress.core.env import environment
+from compress.core.experiments import in_experiment_copy, link_source
+from compress.report.schema import make_report, write_report
 
 from .common import PREPARED, REPORTS, run
 

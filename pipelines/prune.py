@@ -2,14 +2,14 @@
 recover by distillation, measure it beside the unpruned student in the same run."""
 import time
 
-from compress import distributed
-from compress.config import section
-from compress.data import Prepared
-from compress.env import environment
-from compress.measure import MeasureConfig, measure_with_reference
-from compress.prune import PruneConfig, prune_student
-from compress.report import make_report, primary_metric, write_report
-from compress.runners import Artifact
+from compress.core import distributed
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.core.env import environment
+from compress.measure.harness import MeasureConfig, measure_with_reference
+from compress.training.prune import PruneConfig, prune_student
+from compress.report.schema import make_report, primary_metric, write_report
+from compress.backends.base import Artifact
 
 from .common import CACHE, MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
 

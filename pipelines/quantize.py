@@ -5,10 +5,10 @@ on CPUs with native bf16 (AMX-BF16 or AVX512-BF16) and is `skipped` with the rea
 others."""
 import time
 
-from compress.config import section
-from compress.measure import MeasureConfig
-from compress.quantize import QuantizeConfig, quantize_checkpoint
-from compress.runners import Artifact
+from compress.core.config import section
+from compress.measure.harness import MeasureConfig
+from compress.backends.torchao import QuantizeConfig, quantize_checkpoint
+from compress.backends.base import Artifact
 
 from .common import MODELS, run
 from .derived import measure_and_report

@@ -1,10 +1,10 @@
 """Stage `select`: apply the production policy from params to reports/comparison.json,
 write reports/selection.json with the choice, the reasons and every rejected candidate
 with the rule it failed, and promote the chosen artifact to models/production/."""
-from compress.config import section
-from compress.io import atomic_write_json, atomic_write_text
-from compress.report import read_report
-from compress.select import FLOOR_METRICS, SelectPolicy, promote, select
+from compress.core.config import section
+from compress.core.io import atomic_write_json, atomic_write_text
+from compress.report.schema import read_report
+from compress.report.select import FLOOR_METRICS, SelectPolicy, promote, select
 
 from .common import MODELS, REPORTS, run
 

@@ -1,14 +1,14 @@
 """Stage `teacher`: fine-tune the teacher, save it, measure it on every target."""
 import time
 
-from compress import distributed
-from compress.config import section
-from compress.data import Prepared
-from compress.env import environment
-from compress.measure import MeasureConfig, measure_with_reference
-from compress.report import make_report, write_report
-from compress.runners import Artifact
-from compress.teacher import TeacherConfig, build_teacher
+from compress.core import distributed
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.core.env import environment
+from compress.measure.harness import MeasureConfig, measure_with_reference
+from compress.report.schema import make_report, write_report
+from compress.backends.base import Artifact
+from compress.training.teacher import TeacherConfig, build_teacher
 
 from .common import MODELS, PLOTS, PREPARED, REPORTS, launch_checked, run
 from .derived import headline

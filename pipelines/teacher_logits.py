@@ -1,9 +1,9 @@
 """Stage `teacher_logits`: run the teacher once over the transfer set and cache its logits,
 so distillation and recovery epochs never rerun the teacher."""
-from compress import distributed
-from compress.config import section
-from compress.data import Prepared
-from compress.distill import CacheConfig, cache_teacher_outputs
+from compress.core import distributed
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.training.distill import CacheConfig, cache_teacher_outputs
 
 from .common import CACHE, MODELS, PREPARED, run
 

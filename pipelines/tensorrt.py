@@ -6,15 +6,15 @@ as `skipped` with the reason; `dvc repro` never fails for that."""
 import functools
 import time
 
-from compress.config import section
-from compress.data import Prepared
-from compress.io import atomic_write_json
-from compress.measure import MeasureConfig
-from compress.models import load_tokenizer
-from compress.onnx_export import parity_batches
-from compress.report import Record
-from compress.runners import Artifact, skip_reason
-from compress.tensorrt_engine import EngineConfig, build_engines, training_batches
+from compress.core.config import section
+from compress.data.prepare import Prepared
+from compress.core.io import atomic_write_json
+from compress.measure.harness import MeasureConfig
+from compress.training.models import load_tokenizer
+from compress.backends.onnx_export import parity_batches
+from compress.report.schema import Record
+from compress.backends.base import Artifact, skip_reason
+from compress.backends.tensorrt_engine import EngineConfig, build_engines, training_batches
 
 from .common import MODELS, PREPARED, run
 from .derived import measure_and_report

@@ -33,11 +33,11 @@ def pytest_collection_modifyitems(items):
 
 
 def preset(task: str, source, **overrides):
-    """compress.data.PrepareConfig of the committed params.yaml's `task` preset (what the
+    """compress.data.prepare.PrepareConfig of the committed params.yaml's `task` preset (what the
     pipeline reads for it), with `source` and any prepare keys given over it."""
     from compress.cli import prepare_config
-    from compress.config import build
-    from compress.data import PrepareConfig
+    from compress.core.config import build
+    from compress.data.prepare import PrepareConfig
 
     cfg = prepare_config(str(REPO / "params.yaml"), task, str(source))
     return build(PrepareConfig, {**{k: getattr(cfg, k) for k in cfg.__dataclass_fields__}, **overrides}, "prepare")
@@ -95,7 +95,7 @@ def mrpc_dir(tmp_path) -> Path:
 
 def tiny_model(num_labels: int = 2, seed: int = 0):
     """A 2-layer, 64-wide BERT with the real bert-base-uncased vocabulary, random weights."""
-    from compress.models import load_classifier
+    from compress.training.models import load_classifier
 
     model, tokenizer, _ = load_classifier("random:tiny", num_labels, seed=seed)
     return model, tokenizer
@@ -103,7 +103,7 @@ def tiny_model(num_labels: int = 2, seed: int = 0):
 
 @pytest.fixture
 def tiny_model_dir(tmp_path) -> Path:
-    from compress.models import save_classifier
+    from compress.training.models import save_classifier
 
     model, tokenizer = tiny_model()
     out = tmp_path / "tiny"
@@ -113,7 +113,7 @@ def tiny_model_dir(tmp_path) -> Path:
 
 @pytest.fixture
 def prepared_sst2(tmp_path, sst2_dir) -> Path:
-    from compress.data import prepare
+    from compress.data.prepare import prepare
 
     out = tmp_path / "prepared"
     prepare(preset("sst2", str(sst2_dir)), out)
@@ -123,8 +123,8 @@ def prepared_sst2(tmp_path, sst2_dir) -> Path:
 @pytest.fixture
 def production(tmp_path) -> Path:
     """A tiny PyTorch model promoted by the selection policy, as the select stage does."""
-    from compress.models import save_classifier
-    from compress.select import SelectPolicy, promote, select
+    from compress.training.models import save_classifier
+    from compress.report.select import SelectPolicy, promote, select
 
     model, tok = tiny_model()
     save_classifier(model, tok, tmp_path / "models" / "tiny", task=make_task(names=SST2_NAMES))
@@ -187,10 +187,10 @@ def write_conll(d: Path) -> Path:
 def conll(tmp_path_factory):
     """A small CoNLL directory (4 hand-written sentences x 8) prepared, and a tiny tagger
     fine-tuned on it and saved: what the stages read and write."""
-    from compress.data import Prepared, prepare
-    from compress.models import load_classifier, save_classifier
-    from compress.tokens import encode
-    from compress.train import FinetuneConfig, finetune
+    from compress.data.prepare import Prepared, prepare
+    from compress.training.models import load_classifier, save_classifier
+    from compress.data.tokens import encode
+    from compress.training.train import FinetuneConfig, finetune
 
     root = tmp_path_factory.mktemp("conll")
     write_conll(root / "src")
@@ -207,7 +207,7 @@ def conll(tmp_path_factory):
 @pytest.fixture(scope="session")
 def conll_prepared(tmp_path_factory) -> Path:
     """The small CoNLL directory (write_conll), prepared (32 train sentences); no model."""
-    from compress.data import prepare
+    from compress.data.prepare import prepare
 
     root = tmp_path_factory.mktemp("conll_prepared")
     prepare(preset("conll2003", write_conll(root / "src")), root / "prepared")

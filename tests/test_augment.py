@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from compress.augment import KINDS, UNLABELLED, AugmentConfig, augment
-from compress.config import ConfigError
-from compress.data import Example, Prepared, prepare
-from compress.distill import (CacheConfig, DistillConfig, cache_teacher_outputs, distill, kd_loss,
+from compress.training.augment import KINDS, UNLABELLED, AugmentConfig, augment
+from compress.core.config import ConfigError
+from compress.data.prepare import Example, Prepared, prepare
+from compress.training.distill import (CacheConfig, DistillConfig, cache_teacher_outputs, distill, kd_loss,
                               load_transfer)
-from compress.models import save_classifier
-from compress.train import FinetuneConfig
+from compress.training.models import save_classifier
+from compress.training.train import FinetuneConfig
 from conftest import make_task, preset, tiny_model
 
 PAIRS = [Example(f"the {w} was sold on monday for ten dollars .", f"on monday the {w} sold for ten dollars .", i % 2)

@@ -7,9 +7,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from compress import benchmark as bench
-from compress.benchmark import REFERENCE_NAME, BenchmarkConfig, benchmark, build_reference
-from compress.models import load_saved
+from compress.measure import benchmark as bench
+from compress.measure.benchmark import REFERENCE_NAME, BenchmarkConfig, benchmark, build_reference
+from compress.training.models import load_saved
 from conftest import CONLL_TAGS as TAGS
 
 

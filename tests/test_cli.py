@@ -35,7 +35,7 @@ def test_measure_any_model_directory(tiny_model_dir, prepared_sst2, tmp_path, ca
 
 def test_artifact_format_is_read_from_the_directory(tiny_model_dir, tmp_path):
     from compress.cli import artifact_at
-    from compress.quantize import QuantizeConfig, quantize_checkpoint
+    from compress.backends.torchao import QuantizeConfig, quantize_checkpoint
 
     assert (artifact_at(tiny_model_dir).format, artifact_at(tiny_model_dir).precision) == ("pytorch", "fp32")
     quantize_checkpoint(tiny_model_dir, tmp_path / "q", QuantizeConfig())

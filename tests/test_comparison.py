@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 
-from compress import comparison as C
-from compress.benchmark import BenchmarkConfig
+from compress.report import comparison as C
+from compress.measure.benchmark import BenchmarkConfig
 from compress.cli import main
-from compress.config import ConfigError, build
-from compress.html_report import render_html
-from compress.report import read_report
+from compress.core.config import ConfigError, build
+from compress.report.html import render_html
+from compress.report.schema import read_report
 from conftest import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "reports"

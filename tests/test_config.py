@@ -1,11 +1,11 @@
 """Configs reject unknown keys (with a suggestion), wrong types and illegal values."""
 import pytest
 
-from compress.config import ConfigError, build, load_params, section
-from compress.data import PrepareConfig
-from compress.measure import MeasureConfig
-from compress.teacher import TeacherConfig
-from compress.train import FinetuneConfig
+from compress.core.config import ConfigError, build, load_params, section
+from compress.data.prepare import PrepareConfig
+from compress.measure.harness import MeasureConfig
+from compress.training.teacher import TeacherConfig
+from compress.training.train import FinetuneConfig
 from conftest import REPO
 
 
@@ -87,7 +87,7 @@ def test_committed_mrpc_preset_is_step_based():
     params["prepare"]["task"] = "mrpc"
     t = section(params, "teacher", TeacherConfig)
     assert t.train.epochs is None and t.train.max_steps >= 500 and t.max_length == 128
-    from compress.distill import CacheConfig
+    from compress.training.distill import CacheConfig
     assert section(params, "teacher_logits", CacheConfig).augment.size > 0
     params["prepare"]["task"] = "sst2"
     assert section(params, "teacher_logits", CacheConfig).augment.size == 0

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from compress.cudagraph import CudaGraphRunner, GraphCache, graph_forward
-from compress.runners import Artifact, TorchRunner, cuda_unavailable
+from compress.backends.cudagraph import CudaGraphRunner, GraphCache, graph_forward
+from compress.backends.base import Artifact, TorchRunner, cuda_unavailable
 from conftest import tiny_model
 
 

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from compress.config import ConfigError
-from compress.data import DataError, Prepared, carve, label_set, prepare, read_split
-from compress.tokens import collate, encode
+from compress.core.config import ConfigError
+from compress.data.prepare import DataError, Prepared, carve, label_set, prepare, read_split
+from compress.data.tokens import collate, encode
 from conftest import MRPC_NAMES, SHARED_DATA, SST2_NAMES, make_task, preset, tiny_model
 
 INTENTS = ["card_arrival", "pin_blocked", "top_up_failed", "lost_card", "exchange_rate"]
@@ -68,7 +68,7 @@ def test_dev_carve_is_seeded_stratified_and_disjoint(tmp_path):
 
 def test_carve_keeps_one_row_of_every_label_on_each_side():
     task = make_task(labels=("a", "b", "c"))
-    from compress.data import Example
+    from compress.data.prepare import Example
 
     rows = [Example(f"t{i}", None, 0) for i in range(50)] + [Example("b1", None, 1), Example("b2", None, 1),
                                                              Example("c1", None, 2)]
@@ -181,7 +181,7 @@ def test_real_files_read_completely():
 
 def test_long_sequence_is_truncated_not_rejected():
     _, tok = tiny_model()
-    from compress.data import Example
+    from compress.data.prepare import Example
     long = Example("word " * 5000, None, 1)
     pair = Example("left " * 3000, "right " * 3000, 0)
     enc = encode(tok, [long], max_length=128)

@@ -5,7 +5,7 @@ import dataclasses
 
 import yaml
 
-from compress.config import build
+from compress.core.config import build
 from conftest import REPO
 from test_reliability import SECTIONS
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from compress.data import Prepared
-from compress.distill import (DistillLossConfig, attention_mse, distill_loss_fn, hidden_mse, kd_loss,
+from compress.data.prepare import Prepared
+from compress.training.distill import (DistillLossConfig, attention_mse, distill_loss_fn, hidden_mse, kd_loss,
                               make_student, teacher_logits)
-from compress.tokens import encode
-from compress.train import FinetuneConfig, finetune, predict_logits
+from compress.data.tokens import encode
+from compress.training.train import FinetuneConfig, finetune, predict_logits
 from conftest import tiny_model
 
 
@@ -77,8 +77,8 @@ def test_a_few_distillation_steps_lower_the_loss(tmp_path, prepared_sst2):
 
     def total():
         student.eval()
-        from compress.train import to_torch
-        from compress.tokens import collate
+        from compress.training.train import to_torch
+        from compress.data.tokens import collate
         with torch.no_grad():
             return loss(student, to_torch(collate(train, all_idx)), all_idx).item()
 

@@ -47,8 +47,8 @@ def shared_inputs(tmp_path_factory) -> Path:
     """Prepared SST-2 slice (128 train rows) and a 2-layer teacher without dropout."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    from compress.data import Prepared, prepare
-    from compress.models import load_classifier, save_classifier
+    from compress.data.prepare import Prepared, prepare
+    from compress.training.models import load_classifier, save_classifier
 
     root = tmp_path_factory.mktemp("ddp_inputs")
     prepare(preset("sst2", str(SHARED_DATA / "sst2"), max_train_rows=128,
@@ -123,10 +123,10 @@ def test_two_rank_distillation_matches_one_process(runs):
         assert max(diffs) <= 1e-3, diffs
         assert [a["lr"] for a in one] == [b["lr"] for b in two]  # the same schedule
     # the students predict the same dev labels
-    from compress.data import Prepared
-    from compress.models import load_saved
-    from compress.tokens import encode
-    from compress.train import predict_logits
+    from compress.data.prepare import Prepared
+    from compress.training.models import load_saved
+    from compress.data.tokens import encode
+    from compress.training.train import predict_logits
 
     preds = {}
     for n in (1, 2):
@@ -182,9 +182,9 @@ def test_killed_rank_fails_the_stage_cleanly(shared_inputs, tmp_path):
 
 
 def test_launch_config_refusals():
-    from compress.config import ConfigError, build
-    from compress.distributed import LaunchConfig
-    from compress.errors import UserError
+    from compress.core.config import ConfigError, build
+    from compress.core.distributed import LaunchConfig
+    from compress.core.errors import UserError
 
     with pytest.raises(ConfigError, match="nccl"):
         if __import__("torch").cuda.is_available():

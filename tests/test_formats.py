@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import SHARED_DATA
 
-from compress.errors import DataError
+from compress.core.errors import DataError
 from compress.tasks.formats import (FORMATS, Row, TaggedRow, format_of, read_hub_table, read_hub_tagged, read_table,
                                     read_tagged)
 

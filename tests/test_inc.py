@@ -1,4 +1,4 @@
-"""Intel Neural Compressor route (compress/inc.py): accuracy-aware INT8 autotune on a tiny
+"""Intel Neural Compressor route (compress/backends/inc.py): accuracy-aware INT8 autotune on a tiny
 BERT with scripted dev accuracies, the report, float-kept layers, INT8 word embeddings,
 INT8 storage without pickle."""
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from compress.config import ConfigError, build
-from compress.errors import UserError
-from compress.inc import IncConfig, IncGoalNotMet, inc_autotune, plan_trials
-from compress.inc_artifact import load_inc_int8, save_inc_int8
-from compress.inc_graph import IncInt8Classifier, linear_module_names, quantized_module_names
+from compress.core.config import ConfigError, build
+from compress.core.errors import UserError
+from compress.backends.inc import IncConfig, IncGoalNotMet, inc_autotune, plan_trials
+from compress.backends.inc_artifact import load_inc_int8, save_inc_int8
+from compress.backends.inc_graph import IncInt8Classifier, linear_module_names, quantized_module_names
 from tests.conftest import SST2_ROWS, tiny_model
 
 
@@ -126,7 +126,7 @@ def test_pattern_matching_no_layer_is_an_error():
 
 
 def test_quantized_module_names_of_the_eager_torchao_route():
-    from compress.quantize import QuantizeConfig, quantize
+    from compress.backends.torchao import QuantizeConfig, quantize
 
     model, _ = tiny_model()
     q = quantize(model.eval(), QuantizeConfig())
@@ -171,7 +171,7 @@ def test_autotune_stops_at_first_config_meeting_the_goal(tiny, dynamic_result):
                                               if n not in ("bert.pooler.dense", "classifier")]
     assert report["float_linears"] == ["bert.pooler.dense", "classifier"]
     # the word embeddings run as their per-row INT8 values, in the baseline and every trial
-    from compress.quantize import dequantize_rows
+    from compress.backends.torchao import dequantize_rows
 
     assert report["word_embeddings"] == "int8-symmetric-per-row"
     q, scale = qmodel.word_embeddings_int8
@@ -306,7 +306,7 @@ def test_save_and_load_rebuild_identical_model_without_pickle(tiny, dynamic_resu
 @needs_inc
 @pytest.mark.slow
 def test_runner_compiles_to_int8_kernels_with_the_same_predictions(tiny, dynamic_result, tmp_path):
-    from compress.inc_artifact import IncInt8Runner
+    from compress.backends.inc_artifact import IncInt8Runner
 
     model, tokenizer, batches = tiny
     save_inc_int8(dynamic_result[0], tokenizer, tmp_path / "inc")
@@ -334,11 +334,11 @@ def test_default_keep_fp32_skips_the_pooler_a_tagger_lacks():
 
 @needs_inc
 def test_tagger_tunes_on_entity_f1_and_runs_through_the_runner(conll, tmp_path):
-    from compress.metrics import task_metrics
-    from compress.models import load_saved
-    from compress.runners import Artifact, runner_class
-    from compress.tokens import collate, encode, eval_batches
-    from compress.train import predict_logits
+    from compress.measure.metrics import task_metrics
+    from compress.training.models import load_saved
+    from compress.backends.base import Artifact, runner_class
+    from compress.data.tokens import collate, encode, eval_batches
+    from compress.training.train import predict_logits
 
     root, _, prepared, _ = conll
     task = prepared.task

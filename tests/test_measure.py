@@ -4,11 +4,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from compress.config import ConfigError, build
-from compress.measure import (MeasureConfig, gpu_skip_reason, latency_point, measure, measure_with_reference,
+from compress.core.config import ConfigError, build
+from compress.measure.harness import (MeasureConfig, gpu_skip_reason, latency_point, measure, measure_with_reference,
                              time_queries)
-from compress.report import LatencyPoint, Record
-from compress.runners import Artifact, skip_reason
+from compress.report.schema import LatencyPoint, Record
+from compress.backends.base import Artifact, skip_reason
 
 FAST = dict(points=[[1, 16], [4, 16]], warmup_queries=1, min_queries=3, min_duration_s=0.0)
 
@@ -100,7 +100,7 @@ def test_latency_point_statistics():
 def test_agreement_and_same_run_speedups(tiny_model_dir, prepared_sst2, tmp_path):
     """A derived artifact is compared with its parent measured in the same call: agreement
     of dev predictions, and the p50 ratio per point."""
-    from compress.models import save_classifier
+    from compress.training.models import save_classifier
     from tests.conftest import tiny_model
 
     other, tok = tiny_model(seed=1)  # different weights: predictions may differ
@@ -169,7 +169,7 @@ def test_cudagraph_rows_beside_each_float_pytorch_artifact(tiny_model_dir, prepa
 
 
 def test_a_child_that_dies_without_reporting_is_an_error_not_a_hang(tiny_model_dir, prepared_sst2, monkeypatch):
-    import compress.measure as m
+    import compress.measure.harness as m
 
     monkeypatch.setattr(m, "_child", _die)
     cfg = MeasureConfig(targets=["cpu"], **FAST)
@@ -222,7 +222,7 @@ class FakeGpuRunner:
 
 
 def test_gpu_peak_memory_is_per_point_and_leaves_out_points_that_did_not_fit():
-    from compress.measure import latency_points, record_gpu_peak
+    from compress.measure.harness import latency_points, record_gpu_peak
 
     mem = FakeGpuMemory()
     cfg = MeasureConfig(targets=["gpu"], points=[[1, 128], [32, 128], [4, 128]], warmup_queries=0,
@@ -238,7 +238,7 @@ def test_gpu_peak_memory_is_per_point_and_leaves_out_points_that_did_not_fit():
 
 
 def test_cpu_oom_text_is_still_an_error():
-    from compress.measure import latency_points
+    from compress.measure.harness import latency_points
 
     mem = FakeGpuMemory()
     cfg = MeasureConfig(targets=["cpu"], points=[[32, 128]], warmup_queries=0, min_queries=1, min_duration_s=0.0)
@@ -269,7 +269,7 @@ def test_dev_stream_throughput_classifies_the_whole_dev_split(tiny_model_dir, pr
 
 
 def test_bf16_is_skipped_with_reason_on_a_cpu_without_native_bf16(tmp_path, monkeypatch):
-    from compress.env import bf16_unavailable, matrix_engines
+    from compress.core.env import bf16_unavailable, matrix_engines
 
     old_cpu = {"avx2": True, "avx512f": True, "avx512_vnni": True}
     assert "no native bf16" in bf16_unavailable(old_cpu)
@@ -288,10 +288,10 @@ def test_bf16_is_skipped_with_reason_on_a_cpu_without_native_bf16(tmp_path, monk
     assert skip_reason(Artifact("s_bf16", tmp_path, "pytorch", "bf16"), "cpu") is None
 
 
-@pytest.mark.skipif(__import__("compress.env", fromlist=["x"]).bf16_unavailable() is not None,
+@pytest.mark.skipif(__import__("compress.core.env", fromlist=["x"]).bf16_unavailable() is not None,
                     reason="this CPU has no native bf16")
 def test_bf16_variant_is_measured_beside_its_parent(tiny_model_dir, prepared_sst2):
-    from compress.runners import artifact_dir
+    from compress.backends.base import artifact_dir
 
     assert artifact_dir("tiny_bf16", tiny_model_dir.parent) == tiny_model_dir  # same files as the parent
     cfg = MeasureConfig(targets=["cpu"], isolate=False, gpu_fp16=False, **FAST)
@@ -307,7 +307,7 @@ def test_bootstrap_interval_of_certain_and_two_row_cases():
     """All correct: every resample scores 1, so does the interval. One right, one wrong: a
     resample of 2 rows scores 0, 1/2 or 1 with chance 1/4, 1/2, 1/4, so the 2.5th and
     97.5th percentiles are 0 and 1."""
-    from compress.metrics import bootstrap_ci
+    from compress.measure.metrics import bootstrap_ci
 
     labels = np.array([0, 1] * 50)
     assert bootstrap_ci(labels, labels, "accuracy") == (1.0, 1.0)
@@ -317,7 +317,7 @@ def test_bootstrap_interval_of_certain_and_two_row_cases():
 
 
 def test_bootstrap_interval_matches_a_direct_computation_with_the_same_rng():
-    from compress.metrics import bootstrap_ci, classification_metrics
+    from compress.measure.metrics import bootstrap_ci, classification_metrics
 
     rng = np.random.default_rng(7)
     labels = rng.integers(0, 2, 300)
@@ -336,7 +336,7 @@ def test_bootstrap_interval_matches_a_direct_computation_with_the_same_rng():
 def test_bootstrap_interval_width_and_determinism():
     """50% accuracy on 400 rows: standard error sqrt(.25/400) = 2.5 points, so the 95%
     interval is about 50 +- 4.9 points. Same seed, same interval; another seed differs a bit."""
-    from compress.metrics import bootstrap_ci, ci95_fields
+    from compress.measure.metrics import bootstrap_ci, ci95_fields
 
     labels = np.array([0, 1] * 200)
     pred = np.array([0, 1, 1, 0] * 100)  # every other pair wrong: 50% correct
@@ -361,7 +361,7 @@ def test_bootstrap_interval_width_and_determinism():
 def test_bootstrap_memory_chunks_draw_the_same_resamples(monkeypatch):
     """Resamples are drawn in chunks to bound memory on big splits; the chunking must not
     change the interval."""
-    import compress.metrics as metrics
+    import compress.measure.metrics as metrics
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 500)

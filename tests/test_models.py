@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from compress.models import ModelError, load_classifier, load_saved, save_classifier
+from compress.training.models import ModelError, load_classifier, load_saved, save_classifier
 from conftest import tiny_model
 
 

@@ -4,7 +4,7 @@ real CoNLL-2003 files' card figures (the CoNLL reader itself: test_formats)."""
 import numpy as np
 import pytest
 
-from compress.ner import IGNORE, Sentence, align, card_counts, entities, entity_metrics
+from compress.tasks.iob import IGNORE, Sentence, align, card_counts, entities, entity_metrics
 from conftest import CONLL_TAGS, CONLL_TRAIN, SHARED_DATA, preset, tiny_model
 
 TAGS = CONLL_TAGS
@@ -70,7 +70,7 @@ def test_real_conll2003_dev_card():
     path = SHARED_DATA / "conll2003" / "dev.txt"
     if not path.is_file():
         pytest.skip(f"{path} is not here (the shared data beside the checkout)")
-    from compress.data import read_split
+    from compress.data.prepare import read_split
 
     card = card_counts(read_split(preset("conll2003", path.parent), "dev"), TAGS)
     assert card["sentences"] == 3250 and card["tokens"] > 50_000
@@ -83,8 +83,8 @@ def test_token_kd_loss_scores_first_pieces_only():
     distillation loss over them ignores every other piece."""
     import torch
 
-    from compress.distill import kd_loss
-    from compress.tokens import TaggedEncoded, collate, encode
+    from compress.training.distill import kd_loss
+    from compress.data.tokens import TaggedEncoded, collate, encode
 
     _, tok = tiny_model()
     sents = [Sentence(("Huggingface", "rejects", "Blackburn"), _ids("B-ORG", "O", "B-PER")),
@@ -110,7 +110,7 @@ def test_token_kd_loss_scores_first_pieces_only():
 
 
 def test_entities_in_raw_text_have_character_spans():
-    from compress.ner import entities_in_text, words_with_spans
+    from compress.tasks.iob import entities_in_text, words_with_spans
 
     _, tok = tiny_model()
     text = "Peter Blackburn met the EU, in Brussels."
@@ -136,7 +136,7 @@ def test_prepare_writes_sentences_and_an_entity_card(conll):
 
 
 def test_prepare_names_the_bad_line_and_keeps_what_was_built(conll, tmp_path):
-    from compress.data import DataError, prepare
+    from compress.data.prepare import DataError, prepare
 
     root, *_ = conll
     bad = tmp_path / "bad"
@@ -152,10 +152,10 @@ def test_prepare_names_the_bad_line_and_keeps_what_was_built(conll, tmp_path):
 
 
 def test_tagger_trains_and_is_scored_on_entities(conll):
-    from compress.metrics import entity_metrics_of, task_metrics
-    from compress.models import load_saved
-    from compress.tokens import encode
-    from compress.train import predict_logits
+    from compress.measure.metrics import entity_metrics_of, task_metrics
+    from compress.training.models import load_saved
+    from compress.data.tokens import encode
+    from compress.training.train import predict_logits
 
     root, _, prepared, summary = conll
     assert set(summary["final_dev"]) == {"f1", "precision", "recall", "token_accuracy"}
@@ -171,9 +171,9 @@ def test_tagger_trains_and_is_scored_on_entities(conll):
 
 
 def test_entity_f1_interval_resamples_sentences(conll):
-    from compress.metrics import task_ci95
-    from compress.tokens import encode
-    from compress.models import load_saved
+    from compress.measure.metrics import task_ci95
+    from compress.data.tokens import encode
+    from compress.training.models import load_saved
 
     root, _, prepared, _ = conll
     _, tok = load_saved(root / "teacher")
@@ -188,9 +188,9 @@ def test_entity_f1_interval_resamples_sentences(conll):
 
 
 def test_teacher_cache_is_per_word_in_float16_and_distils(conll, tmp_path):
-    from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill, load_transfer
-    from compress.models import load_saved
-    from compress.train import FinetuneConfig
+    from compress.training.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill, load_transfer
+    from compress.training.models import load_saved
+    from compress.training.train import FinetuneConfig
 
     root, _, prepared, _ = conll
     meta = cache_teacher_outputs(root / "teacher", prepared, tmp_path / "cache", CacheConfig(max_length=64))
@@ -211,9 +211,9 @@ def test_teacher_cache_is_per_word_in_float16_and_distils(conll, tmp_path):
 
 
 def test_augmentation_is_refused_for_tagging(conll, tmp_path):
-    from compress.augment import AugmentConfig
-    from compress.config import ConfigError
-    from compress.distill import CacheConfig, cache_teacher_outputs
+    from compress.training.augment import AugmentConfig
+    from compress.core.config import ConfigError
+    from compress.training.distill import CacheConfig, cache_teacher_outputs
 
     root, _, prepared, _ = conll
     with pytest.raises(ConfigError, match="augment.size to 0"):
@@ -227,7 +227,7 @@ def test_predict_prints_entities_with_character_spans(conll):
 
     root, *_ = conll
     loaded = load(root / "teacher")
-    out = predict(loaded, [__import__("compress.data", fromlist=["Example"]).Example(
+    out = predict(loaded, [__import__("compress.data.prepare", fromlist=["Example"]).Example(
         "EU rejects German call to boycott British lamb .", None, -1)])
     assert out[0]["text"].startswith("EU rejects")
     for e in out[0]["entities"]:
@@ -240,8 +240,8 @@ def test_predict_prints_entities_with_character_spans(conll):
 def test_comparison_and_select_rank_taggers_by_entity_f1():
     """A tagger's records carry entity F1 and no row accuracy: the comparison's main column,
     deltas and Pareto front, and the selection's floor, are all on F1."""
-    from compress import comparison as C
-    from compress.select import SelectPolicy, select
+    from compress.report import comparison as C
+    from compress.report.select import SelectPolicy, select
     from test_report import ENV
 
     def rec(name, f1, p50, fmt="onnx", precision="int8"):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from compress.quantize import int8_unavailable
+from compress.backends.torchao import int8_unavailable
 from e2e import copy_repo, dvc, env, tiny_params
 
 pytestmark = pytest.mark.slow

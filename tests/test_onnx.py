@@ -5,15 +5,15 @@ import numpy as np
 import onnx
 import pytest
 
-from compress.config import ConfigError, build
-from compress.data import Prepared
-from compress.measure import MeasureConfig, measure_with_reference
-from compress.models import save_classifier
-from compress.onnx_export import (ExportConfig, OnnxFileError, ParityError, check_onnx_file, cpu_session,
+from compress.core.config import ConfigError, build
+from compress.data.prepare import Prepared
+from compress.measure.harness import MeasureConfig, measure_with_reference
+from compress.training.models import save_classifier
+from compress.backends.onnx_export import (ExportConfig, OnnxFileError, ParityError, check_onnx_file, cpu_session,
                                   export_onnx, run_session)
-from compress.onnx_runtime import (OrtQuantConfig, embedding_error, int8_word_embeddings, node_group, quantize_onnx,
+from compress.backends.onnx_runtime import (OrtQuantConfig, embedding_error, int8_word_embeddings, node_group, quantize_onnx,
                                    quantized_groups)
-from compress.runners import Artifact
+from compress.backends.base import Artifact
 from conftest import preset, tiny_model
 
 FAST = ExportConfig(parity_shapes=[[1, 8], [3, 24], [2, 40]])  # 40 > the traced 16
@@ -22,7 +22,7 @@ FAST = ExportConfig(parity_shapes=[[1, 8], [3, 24], [2, 40]])  # 40 > the traced
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """A tiny model with uneven heads per layer, exported once for the module's tests."""
-    from compress.data import prepare
+    from compress.data.prepare import prepare
     from conftest import SST2_ROWS, write_tsv
 
     root = tmp_path_factory.mktemp("onnx")
@@ -61,7 +61,7 @@ def test_uneven_head_pruned_model_fuses_every_attention(exported):
 
 
 def test_parity_failure_stops_the_export_and_writes_nothing(exported, tmp_path, monkeypatch):
-    import compress.onnx_export as ox
+    import compress.backends.onnx_export as ox
 
     root, _, prepared = exported
     real = ox.torch_logits
@@ -115,7 +115,7 @@ def _dequantized_table_copy(src, dst, name="bert.embeddings.word_embeddings.weig
     import torch
     from onnx import numpy_helper
 
-    from compress.quantize import dequantize_rows, quantize_rows
+    from compress.backends.torchao import dequantize_rows, quantize_rows
 
     model = onnx.load(str(src))
     t = next(t for t in model.graph.initializer if t.name == name)
@@ -264,11 +264,11 @@ def test_tagger_exports_per_token_logits_and_quantizes(conll, tmp_path):  # noqa
     """A BertForTokenClassification exports with (batch, sequence, tags) logits, both axes
     dynamic; parity is per real token; the fused graph and its INT8 run in the runner and
     agree with PyTorch / FP32 on the scored positions (each word's first piece)."""
-    from compress.models import load_saved
-    from compress.onnx_export import parity_batches
-    from compress.onnx_runtime import OrtRunner
-    from compress.tokens import collate, encode
-    from compress.train import predict_logits
+    from compress.training.models import load_saved
+    from compress.backends.onnx_export import parity_batches
+    from compress.backends.onnx_runtime import OrtRunner
+    from compress.data.tokens import collate, encode
+    from compress.training.train import predict_logits
 
     root, _, prepared, _ = conll
     summary = export_onnx(root / "teacher", tmp_path / "onnx", FAST, prepared, plain_out_dir=tmp_path / "plain")

@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from compress import openvino_ir as oi
-from compress.config import ConfigError, build
-from compress.data import Prepared, prepare
-from compress.models import save_classifier
-from compress.onnx_export import ExportConfig, count_initializer_params, cpu_session, export_onnx, run_session
-from compress.openvino_ir import (OpenVinoConfig, OpenVinoParityError, build_openvino, convert_onnx,
+from compress.backends import openvino_ir as oi
+from compress.core.config import ConfigError, build
+from compress.data.prepare import Prepared, prepare
+from compress.training.models import save_classifier
+from compress.backends.onnx_export import ExportConfig, count_initializer_params, cpu_session, export_onnx, run_session
+from compress.backends.openvino_ir import (OpenVinoConfig, OpenVinoParityError, build_openvino, convert_onnx,
                                   embedding_tables, quantize_embedding_tables, quantize_openvino, training_slices)
-from compress.openvino_runner import OpenVinoIrError, OpenVinoRunner, compile_config, gpu_unavailable, parity_check
-from compress.runners import Artifact, load_runner, skip_reason
+from compress.backends.openvino_runner import OpenVinoIrError, OpenVinoRunner, compile_config, gpu_unavailable, parity_check
+from compress.backends.base import Artifact, load_runner, skip_reason
 from conftest import CONLL_TAGS, preset, tiny_model, write_tsv
 
 ov = pytest.importorskip("openvino")
@@ -73,7 +73,7 @@ def built(tmp_path_factory):
     poisoned = root / "poisoned"
     shutil.copytree(root / "prepared", poisoned)
     (poisoned / "dev.jsonl").write_text("{dev rows must never be read here\n")
-    from compress.onnx_export import parity_batches
+    from compress.backends.onnx_export import parity_batches
     batches = parity_batches(prepared, tok, CFG.parity_shapes)
     summary = build_openvino(root / "plain", root / "ov", root / "ov_int8", poisoned, CFG, batches)
     return root, summary, batches
@@ -220,7 +220,7 @@ def test_calibration_and_validation_are_training_rows_only(built):
     assert info == {"split": "train", "train_rows": 40, "calibration_rows": 16, "validation_rows": 16,
                     "validation_overlaps_calibration": False, "seed": 0}
     # (the module's INT8 build read a prepared dir whose dev.jsonl is not JSON, and finished)
-    from compress.models import load_tokenizer
+    from compress.training.models import load_tokenizer
 
     tok = load_tokenizer(root / "plain")
     calib, val, _ = training_slices(root / "poisoned", tok, CFG)
@@ -237,7 +237,7 @@ def test_calibration_and_validation_are_training_rows_only(built):
 
 def test_float_embedding_option_keeps_tables_float(built, tmp_path):
     root, summary, _ = built
-    from compress.models import load_tokenizer
+    from compress.training.models import load_tokenizer
 
     cfg = OpenVinoConfig(calibration_rows=8, validation_rows=8, quantize_embeddings=False)
     calib, val, info = training_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
@@ -253,7 +253,7 @@ def test_tables_nncf_leaves_float_are_quantized_per_row_by_us(built, tmp_path, m
     root, _, _ = built
     from dataclasses import replace
 
-    from compress.models import load_tokenizer
+    from compress.training.models import load_tokenizer
 
     real = oi._quantize
     monkeypatch.setattr(oi, "_quantize", lambda model, calib, val, cfg, controlled: real(
@@ -270,7 +270,7 @@ def test_accuracy_control_takes_over_when_ptq_loses_accuracy(built, tmp_path, mo
     """Plain PTQ scored as losing everything on the validation rows: the accuracy-controlled
     NNCF route runs on the same training rows and is recorded as the approach."""
     root, _, _ = built
-    from compress.models import load_tokenizer
+    from compress.training.models import load_tokenizer
 
     real_quantize, real_validate, calls, scored = oi._quantize, oi.validate, [], []
 
@@ -324,7 +324,7 @@ def test_own_embedding_quantization_is_per_row_and_exact(built):
 
 def test_measured_by_the_harness_beside_other_targets(built):
     root, summary, _ = built
-    from compress.measure import MeasureConfig, measure
+    from compress.measure.harness import MeasureConfig, measure
 
     cfg = MeasureConfig(targets=["cpu", "gpu"], points=[[1, 16]], warmup_queries=1, min_queries=2,
                         min_duration_s=0.0, isolate=False)
@@ -371,10 +371,10 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     output (batch, seq, tags), validation items carrying each piece's gold tag, scored by
     entity F1 (aggregate) and the share of words right (per item), and INT8 agreeing with
     FP32 on the dev words."""
-    from compress.models import load_tokenizer
-    from compress.ner import IGNORE, entity_metrics
-    from compress.onnx_export import parity_batches
-    from compress.tokens import collate, encode
+    from compress.training.models import load_tokenizer
+    from compress.tasks.iob import IGNORE, entity_metrics
+    from compress.backends.onnx_export import parity_batches
+    from compress.data.tokens import collate, encode
 
     root, _, prepared, _ = conll
     export_onnx(root / "teacher", tmp_path / "onnx", ExportConfig(parity_shapes=[[1, 8]]), prepared,

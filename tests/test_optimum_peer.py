@@ -43,10 +43,10 @@ def _optimum_intel_missing() -> str | None:
 
 
 def _project_openvino_missing() -> str | None:
-    """The project's OpenVINO stage (compress/openvino_ir.py) builds the IRs the check measures."""
+    """The project's OpenVINO stage (compress/backends/openvino_ir.py) builds the IRs the check measures."""
     try:
-        from compress.openvino_ir import OpenVinoConfig, build_openvino  # noqa: F401
-        from compress.openvino_runner import OpenVinoRunner  # noqa: F401
+        from compress.backends.openvino_ir import OpenVinoConfig, build_openvino  # noqa: F401
+        from compress.backends.openvino_runner import OpenVinoRunner  # noqa: F401
     except ImportError as e:
         return f"the project's OpenVINO module is not available ({e})"
     return None
@@ -57,7 +57,7 @@ peer = _load_script()
 
 @pytest.fixture
 def student_dir(tmp_path) -> Path:
-    from compress.models import save_classifier
+    from compress.training.models import save_classifier
 
     model, tokenizer = tiny_model()
     out = tmp_path / "student"
@@ -192,11 +192,11 @@ def test_missing_optimum_intel_says_how_to_install(student_dir, prepared_sst2, c
 def test_optimum_intel_runner_matches_pytorch(tmp_path, student_dir, prepared_sst2):
     """optimum-intel's export of the student, run by the peer runner at f32, gives the project's
     PyTorch logits; its static INT8 stays close; threads and precision are pinned."""
-    import compress.runners as runners
-    from compress.data import Prepared
-    from compress.models import load_tokenizer
-    from compress.runners import Artifact, load_runner
-    from compress.tokens import collate, encode
+    import compress.backends.base as runners
+    from compress.data.prepare import Prepared
+    from compress.training.models import load_tokenizer
+    from compress.backends.base import Artifact, load_runner
+    from compress.data.tokens import collate, encode
 
     tokenizer = load_tokenizer(student_dir)
     prepared = Prepared.open(prepared_sst2)
@@ -263,7 +263,7 @@ def _check_ov_result(res: dict, printed: str, rounds: int) -> dict:
         assert route["backend"] == "optimum-intel-openvino-cpu"
     assert routes["optimum_intel_ov"]["inference"]["INFERENCE_PRECISION_HINT"] == "f32"
     assert routes["optimum_intel_ov_int8"]["size_mb"] < routes["optimum_intel_ov"]["size_mb"]
-    assert ov["measure"]["harness"] == "compress.measure.measure" and ov["measure"]["threads"] == 1
+    assert ov["measure"]["harness"] == "compress.measure.harness.measure" and ov["measure"]["threads"] == 1
     assert res["environment"]["optimum-intel"] and res["environment"]["openvino"]
     return ov
 
@@ -303,14 +303,14 @@ def test_openvino_check_says_when_project_artifacts_are_missing(tmp_path, studen
 @pytest.mark.skipif(_optimum_intel_missing() is not None, reason=str(_optimum_intel_missing()))
 @pytest.mark.skipif(_project_openvino_missing() is not None, reason=str(_project_openvino_missing()))
 def test_openvino_check_against_project_ir(tmp_path, student_dir, prepared_sst2, capsys):
-    """The project's FP32/INT8 IRs (built by compress.openvino_ir from a plain ONNX export) and
+    """The project's FP32/INT8 IRs (built by compress.backends.openvino_ir from a plain ONNX export) and
     optimum-intel's, side by side in one run, every peer row at the project row's precision."""
     import shutil
 
     import torch
     from transformers import BertForSequenceClassification
 
-    from compress.openvino_ir import OpenVinoConfig, build_openvino
+    from compress.backends.openvino_ir import OpenVinoConfig, build_openvino
 
     onnx_dir = tmp_path / "student_onnx"
     onnx_dir.mkdir()

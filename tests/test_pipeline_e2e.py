@@ -8,7 +8,7 @@ import time
 import pytest
 import yaml
 
-from compress.quantize import int8_unavailable
+from compress.backends.torchao import int8_unavailable
 from conftest import SHARED_DATA
 from e2e import BENCH_EXCLUDE, TINY_MEASURE, copy_repo, dvc, tiny_params
 
@@ -47,7 +47,7 @@ def test_full_pipeline_repro_offline(tmp_path):
     q = next(r for r in quantize["records"] if r["artifact"] == "student_int8_torch" and r["target"] == "cpu")
     assert q["precision"] == "int8" and q["format"] == "pytorch_int8"
     assert (repo / "models/student_int8_torch/quantization.json").is_file()  # built (and verified) on any CPU
-    if int8_unavailable():  # measured only where the CPU has INT8 dot products (compress.quantize)
+    if int8_unavailable():  # measured only where the CPU has INT8 dot products (compress.backends.torchao)
         assert q["status"] == "skipped" and q["reason"] == int8_unavailable()
     else:
         assert q["status"] == "ok" and q["parent"] == "student" and 0 <= q["agreement_with_parent"] <= 1
@@ -61,7 +61,7 @@ def test_full_pipeline_repro_offline(tmp_path):
     onnx_int8 = json.loads((repo / "reports/onnx_int8.json").read_text())
     assert onnx_int8["details"]["speedup_vs_parent"]["student_onnx_int8.cpu.b1_s128"] > 0
     # BF16 beside INT8 in the quantize stage: measured where the CPU has native bf16, else skipped.
-    from compress.env import bf16_unavailable
+    from compress.core.env import bf16_unavailable
 
     bf16 = next(r for r in quantize["records"] if r["artifact"] == "student_bf16" and r["target"] == "cpu")
     assert bf16["status"] == ("skipped" if bf16_unavailable() else "ok") and bf16["precision"] == "bf16"

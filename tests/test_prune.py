@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 import torch
 
-from compress.data import Prepared
+from compress.data.prepare import Prepared
 
-from compress.models import load_saved, save_classifier
-from compress.prune import (PruneConfig, PruneSpecError, global_head_spec, heads_per_layer, importance_scores,
+from compress.training.models import load_saved, save_classifier
+from compress.training.prune import (PruneConfig, PruneSpecError, global_head_spec, heads_per_layer, importance_scores,
                             normalize_per_layer, prune_ffn, prune_heads, validate_spec)
-from compress.tokens import encode
+from compress.data.tokens import encode
 from conftest import tiny_model
 
 
@@ -79,6 +79,6 @@ def test_ffn_pruning_keeps_same_width_per_layer_and_reloads(tmp_path):
 
 
 def test_recovery_config_rejects_hidden_losses():
-    from compress.config import ConfigError, build
+    from compress.core.config import ConfigError, build
     with pytest.raises(ConfigError, match="cached teacher logits only"):
         build(PruneConfig, {"loss": {"hidden_mse_weight": 1.0}}, "prune")

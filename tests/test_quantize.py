@@ -9,12 +9,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from compress.config import ConfigError, build
-from compress.measure import MeasureConfig, measure
-from compress.quantize import (Int8Embedding, QuantizeConfig, count_int8_parameters, dequantize_rows, group_of,
+from compress.core.config import ConfigError, build
+from compress.measure.harness import MeasureConfig, measure
+from compress.backends.torchao import (Int8Embedding, QuantizeConfig, count_int8_parameters, dequantize_rows, group_of,
                                int8_unavailable, load_dynamic_int8, quantize, quantize_checkpoint, quantize_rows,
                                quantized_linears, save_dynamic_int8)
-from compress.runners import Artifact
+from compress.backends.base import Artifact
 from conftest import tiny_model
 
 FLOAT_EMB = QuantizeConfig(keep_float=["embeddings", "layernorm", "classifier"], quantize_embeddings=False)
@@ -162,7 +162,7 @@ def test_per_row_int8_rows():
 
 def _resave(path, change):
     """Rewrite model.safetensors with change(tensors) and a matching sha256 in quantization.json."""
-    from compress.io import sha256_file
+    from compress.core.io import sha256_file
 
     t = load_file(str(path / "model.safetensors"))
     change(t)
@@ -257,9 +257,9 @@ def test_int8_runner_is_skipped_with_the_reason_on_cpus_without_int8_dot_product
 
 
 def test_tagger_quantizes_reloads_and_runs_through_the_runner(conll, tmp_path):
-    from compress.models import load_saved
-    from compress.runners import load_runner
-    from compress.tokens import collate, encode
+    from compress.training.models import load_saved
+    from compress.backends.base import load_runner
+    from compress.data.tokens import collate, encode
 
     root, _, prepared, _ = conll
     summary = quantize_checkpoint(root / "teacher", tmp_path / "int8", QuantizeConfig())
@@ -283,7 +283,7 @@ def test_tagger_quantizes_reloads_and_runs_through_the_runner(conll, tmp_path):
 def test_tagger_built_in_code_reloads_as_a_tagger(tmp_path):
     from transformers import BertForTokenClassification
 
-    from compress.models import load_classifier
+    from compress.training.models import load_classifier
 
     model, tok, _ = load_classifier("random:tiny", 9, kind="token")
     assert model.config.architectures is None  # nothing names the head yet

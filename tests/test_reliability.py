@@ -16,21 +16,21 @@ import numpy as np
 import pytest
 import yaml
 
-from compress.benchmark import BenchmarkConfig
-from compress.config import ConfigError, load_params, section
-from compress.data import DataError, PrepareConfig, Prepared, prepare, sha256_file
-from compress.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill
-from compress.distributed import LaunchConfig
-from compress.inc import IncConfig
-from compress.measure import MeasureConfig, latency_points
-from compress.onnx_export import ExportConfig
-from compress.onnx_runtime import OrtQuantConfig
-from compress.openvino_ir import OpenVinoConfig
-from compress.prune import PruneConfig
-from compress.quantize import QuantizeConfig
-from compress.select import SelectPolicy
-from compress.teacher import TeacherConfig
-from compress.tensorrt_engine import EngineConfig
+from compress.measure.benchmark import BenchmarkConfig
+from compress.core.config import ConfigError, load_params, section
+from compress.data.prepare import DataError, PrepareConfig, Prepared, prepare, sha256_file
+from compress.training.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill
+from compress.core.distributed import LaunchConfig
+from compress.backends.inc import IncConfig
+from compress.measure.harness import MeasureConfig, latency_points
+from compress.backends.onnx_export import ExportConfig
+from compress.backends.onnx_runtime import OrtQuantConfig
+from compress.backends.openvino_ir import OpenVinoConfig
+from compress.training.prune import PruneConfig
+from compress.backends.torchao import QuantizeConfig
+from compress.report.select import SelectPolicy
+from compress.training.teacher import TeacherConfig
+from compress.backends.tensorrt_engine import EngineConfig
 from conftest import MRPC_NAMES, REPO, SST2_NAMES, SST2_ROWS, make_task, preset, tiny_model, write_tsv
 
 SECTIONS = {"prepare": PrepareConfig, "launch": LaunchConfig, "teacher": TeacherConfig, "teacher_logits": CacheConfig,
@@ -122,7 +122,7 @@ def test_a_subsample_that_leaves_one_class_is_refused(tmp_path, sst2_dir):
 
 PEAK_SCRIPT = """
 import sys
-from compress.data import PrepareConfig, prepare
+from compress.data.prepare import PrepareConfig, prepare
 def hwm():
     for line in open('/proc/self/status'):
         if line.startswith('VmHWM:'):
@@ -160,7 +160,7 @@ def test_a_large_file_is_streamed_with_bounded_memory(tmp_path, keep):
 
 def test_a_full_disk_mid_write_is_a_clear_error_and_keeps_the_previous_output(tmp_path, sst2_dir, monkeypatch,
                                                                                capsys):
-    from compress import data
+    from compress.data import prepare as data
     from pipelines.common import run
 
     out = tmp_path / "prepared"
@@ -189,7 +189,7 @@ def test_a_full_disk_mid_write_is_a_clear_error_and_keeps_the_previous_output(tm
 def test_an_unwritable_output_is_a_clear_error_and_the_previous_output_stays(tmp_path, monkeypatch, capsys):
     """The final move into place fails (a read-only or foreign-owned directory; simulated,
     because these tests may run as root, for whom permissions do not apply)."""
-    from compress import io
+    from compress.core import io
     from pipelines.common import run
 
     target = tmp_path / "models" / "student"
@@ -246,7 +246,7 @@ def test_cuda_out_of_memory_is_recorded_per_point_and_the_rest_continues():
 def test_same_params_and_seed_give_bitwise_identical_students(tmp_path, prepared_sst2):
     """A short CPU distillation (student and label-only control) run twice from the same
     teacher and cache: identical weight files and identical accuracy figures."""
-    from compress.models import save_classifier
+    from compress.training.models import save_classifier
 
     teacher_dir = tmp_path / "teacher"
     model, tok = tiny_model(seed=5)
@@ -343,7 +343,7 @@ def test_predict_bad_files_name_the_problem(production, tmp_path, capsys, conten
 
 def test_predict_on_a_pair_task_refuses_single_sentences(tmp_path, capsys):
     from compress.cli import main
-    from compress.models import save_classifier
+    from compress.training.models import save_classifier
     from conftest import tiny_model
 
     model, tok = tiny_model()
@@ -357,7 +357,7 @@ def test_predict_streams_its_input():
     """An endless input yields its first results after one chunk: nothing is read whole."""
     import itertools
 
-    from compress.data import Example
+    from compress.data.prepare import Example
     from compress.predict import Loaded, predict_stream
 
     class Runner:

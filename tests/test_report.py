@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from compress.report import (LatencyPoint, Record, build_comparison, make_report, read_report,
+from compress.report.schema import (LatencyPoint, Record, build_comparison, make_report, read_report,
                              render_markdown, write_report)
 
 ENV = {"cpu_model": "Test CPU", "cpu_flags": {"avx512_vnni": True, "amx_int8": False}, "cpu_count": 2,

@@ -7,11 +7,11 @@ import sys
 import pytest
 
 from compress.cli import main
-from compress.config import ConfigError, build
+from compress.core.config import ConfigError, build
 from compress.predict import IntegrityError, load, parse_lines, predict
 from compress.tasks.base import get_kind
-from compress.runners import artifact_dir
-from compress.select import SelectPolicy, promote, select
+from compress.backends.base import artifact_dir
+from compress.report.select import SelectPolicy, promote, select
 from conftest import REPO
 from test_report import ENV
 
@@ -91,7 +91,7 @@ def test_policy_rejects_bad_params(data, message):
 def test_gpu_target_selects_among_gpu_rows_and_the_comparison_shows_them():
     """With GPU records measured (a GPU machine's reports), the comparison gets a GPU table
     and `select` with target gpu ranks the GPU rows: here the CUDA-graph FP16 student."""
-    from compress import comparison as C
+    from compress.report import comparison as C
 
     gpu = [rec("teacher", 0.90, 4.7, 80, target="gpu", fmt="pytorch", precision="fp32"),
            rec("student", 0.895, 1.7, 60, target="gpu", fmt="pytorch", precision="fp32"),
@@ -255,7 +255,7 @@ def test_f1_is_not_checked_where_the_task_has_none():
 
 
 def test_selection_markdown_and_model_card_name_the_floors():
-    from compress.select import model_card
+    from compress.report.select import model_card
     from pipelines.select import render
 
     sel = select(MRPC, SelectPolicy(floor_metrics=["accuracy", "f1"], floor_at="lower_bound",

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from compress.cli import main
-from compress.errors import UserError
-from compress.models import save_classifier
+from compress.core.errors import UserError
+from compress.training.models import save_classifier
 from compress.predict import detect_task, task_of
 from conftest import MRPC_NAMES, SST2_NAMES, make_task, preset, tiny_model, write_tsv
 
@@ -75,7 +75,7 @@ def test_a_model_saved_without_a_task_is_read_from_its_head_and_labels(tmp_path)
     d = _save(tmp_path, "old", ["negative", "positive"])
     task, where = detect_task(d)
     assert where == "config.json" and task.kind == "classification" and task.labels == ("negative", "positive")
-    from compress.models import load_classifier
+    from compress.training.models import load_classifier
 
     model, tok, _ = load_classifier("random:tiny", 3, seed=0, kind="token")
     save_classifier(model, tok, tmp_path / "tagger", ["O", "B-Drug", "I-Drug"])
@@ -102,10 +102,10 @@ def test_artifact_json_task_comes_first(tmp_path, production):
 def test_derived_artifacts_keep_the_task(mrpc_model_dir, mrpc_dir, mrpc_dev, tmp_path, capsys):
     """ONNX export, ONNX Runtime INT8 and torchao INT8 carry the parent's config.json;
     OpenVINO, INC and TensorRT copy or re-save it the same way."""
-    from compress.data import Prepared, prepare
-    from compress.onnx_export import ExportConfig, export_onnx
-    from compress.onnx_runtime import OrtQuantConfig, quantize_onnx
-    from compress.quantize import QuantizeConfig, quantize_checkpoint
+    from compress.data.prepare import Prepared, prepare
+    from compress.backends.onnx_export import ExportConfig, export_onnx
+    from compress.backends.onnx_runtime import OrtQuantConfig, quantize_onnx
+    from compress.backends.torchao import QuantizeConfig, quantize_checkpoint
 
     prepare(preset("mrpc", mrpc_dir), tmp_path / "prepared")
     export_onnx(mrpc_model_dir, tmp_path / "onnx", ExportConfig(parity_shapes=[[1, 8], [2, 24]], threads=1),

@@ -5,8 +5,8 @@ import ast
 import numpy as np
 import pytest
 
-from compress.errors import DataError
-from compress.metrics import bootstrap_ci, classification_metrics
+from compress.core.errors import DataError
+from compress.measure.metrics import bootstrap_ci, classification_metrics
 from compress.tasks.base import KINDS, Task, get_kind
 from conftest import REPO
 
@@ -102,7 +102,7 @@ def _kind_branches(path):
 
 def test_no_code_outside_the_task_kinds_branches_on_a_kind():
     """Stages, backends and commands ask the task's kind (compress.tasks) to read, encode,
-    score and print; they never test which kind it is. compress/tokens.py's encoders are
+    score and print; they never test which kind it is. compress/data/tokens.py's encoders are
     chosen by a table of example types (ENCODERS), not by a test."""
     found = []
     for path in [*(REPO / "compress").rglob("*.py"), *(REPO / "pipelines").glob("*.py")]:

@@ -13,20 +13,20 @@ import numpy as np
 import onnx
 import pytest
 
-from compress.onnx_export import count_initializer_params
+from compress.backends.onnx_export import count_initializer_params
 import torch
 
-from compress import tensorrt_engine as te
-from compress.config import ConfigError, build
-from compress.io import sha256_file
-from compress.errors import UserError
-from compress.models import count_parameters
-from compress.runners import Artifact, load_runner, skip_reason
+from compress.backends import tensorrt_engine as te
+from compress.core.config import ConfigError, build
+from compress.core.io import sha256_file
+from compress.core.errors import UserError
+from compress.training.models import count_parameters
+from compress.backends.base import Artifact, load_runner, skip_reason
 from conftest import CONLL_TAGS as TAGS
-from compress.parity import compared_logits
-from compress.tensorrt_engine import (EngineConfig, build_engine, build_engines, onnx_num_labels, prepare_onnx,
+from compress.backends.parity import compared_logits
+from compress.backends.tensorrt_engine import (EngineConfig, build_engine, build_engines, onnx_num_labels, prepare_onnx,
                                       take_rows, training_batches)
-from compress.tensorrt_runner import (EngineBuildError, TrtRunner, parity_check, resolve_onnx,
+from compress.backends.tensorrt_runner import (EngineBuildError, TrtRunner, parity_check, resolve_onnx,
                                       tensorrt_unavailable)
 from conftest import REPO, tiny_model  # noqa: E402
 
@@ -69,7 +69,7 @@ def export(tmp_path_factory):
 def tagger(tmp_path_factory):
     """A tiny BERT tagger (9 CoNLL tags) exported as the export stage lays it out: logits
     (batch, seq, tags) with dynamic batch and seq."""
-    from compress.models import load_classifier
+    from compress.training.models import load_classifier
 
     model, tokenizer, _ = load_classifier("random:tiny", len(TAGS), seed=0, kind="token")
     return _tiny_onnx(tmp_path_factory, model, tokenizer, "tagger", list(TAGS), 2, per_token=True)
@@ -164,7 +164,7 @@ def test_build_engines_skip_path_never_raises(tmp_path, monkeypatch):
 
 
 def test_module_does_not_import_tensorrt():
-    code = "import sys, compress.tensorrt_engine; print('tensorrt' in sys.modules)"
+    code = "import sys, compress.backends.tensorrt_engine; print('tensorrt' in sys.modules)"
     res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "False"

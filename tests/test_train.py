@@ -3,10 +3,10 @@ import csv
 
 import torch
 
-from compress.data import Prepared
-from compress.teacher import TeacherConfig, build_teacher
-from compress.tokens import encode, length_grouped_batches
-from compress.train import FinetuneConfig, finetune, predict_logits
+from compress.data.prepare import Prepared
+from compress.training.teacher import TeacherConfig, build_teacher
+from compress.data.tokens import encode, length_grouped_batches
+from compress.training.train import FinetuneConfig, finetune, predict_logits
 from conftest import SST2_NAMES, make_task, tiny_model
 
 SST2 = make_task("sst2", "classification", ("0", "1"), SST2_NAMES)

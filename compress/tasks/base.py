@@ -17,23 +17,23 @@ Contract of a kind (a `TaskKind` subclass registered with `register`):
 - `count(counts, example)`, `count_unit`, `split_card(rows, counts, task)`: the data card;
 - `metrics(num_labels)` and `primary_metric`: what reports carry and rank by;
   `score(task, enc, logits)`, `intervals(task, enc, pred)` and `details(task, enc, pred)`
-  compute them from the logits of every scored position (compress.tokens);
+  compute them from the logits of every scored position (compress.data.tokens);
 - `validation_metric(gold, pred, labels)`: the primary metric from per-row gold and
   predicted positions (the INT8 accuracy checks' items);
 - `input_example(line, where)`: one line of `compress predict` input;
 - `predict(loaded, examples, batch_size, max_length, progress)`: what `compress predict`
   prints (`progress(n)` as n examples are done);
-- `augmentations`: the transfer-set augmentation kinds it supports (compress.augment);
+- `augmentations`: the transfer-set augmentation kinds it supports (compress.training.augment);
 - `half_cache`: the teacher-logits cache is stored in float16 (one row per word: large);
 - `validation_metric_name`: what `validation_metric` computes, as reports name it;
-- `head`: the model head (compress.models.HEADS), `token_level`, `pair`.
+- `head`: the model head (compress.training.models.HEADS), `token_level`, `pair`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from ..errors import DataError
+from compress.core.errors import DataError
 
 KINDS: dict[str, "TaskKind"] = {}
 
@@ -48,7 +48,7 @@ class Example:
 
 class TaskKind:
     name: str = ""
-    head: str = "sequence"  # compress.models.HEADS key
+    head: str = "sequence"  # compress.training.models.HEADS key
     token_level: bool = False  # one prediction per word (True) or per row
     pair: bool = False  # two texts per row
     primary_metric: str = "accuracy"
@@ -134,7 +134,7 @@ def register(kind: TaskKind) -> TaskKind:
 
 
 def get_kind(name: str) -> TaskKind:
-    from . import classification, tagging  # noqa: F401  (they register themselves)
+    from compress.tasks import classification, tagging  # noqa: F401  (they register themselves)
 
     if name not in KINDS:
         raise DataError(f"unknown task kind '{name}': choose one of {', '.join(sorted(KINDS))}")

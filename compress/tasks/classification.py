@@ -8,9 +8,9 @@ params list the labels.
 """
 from __future__ import annotations
 
-from ..errors import DataError, UserError
-from . import formats
-from .base import Example, TaskKind, locate, register
+from compress.core.errors import DataError, UserError
+from compress.tasks import formats
+from compress.tasks.base import Example, TaskKind, locate, register
 
 
 class Classification(TaskKind):
@@ -68,12 +68,12 @@ class Classification(TaskKind):
                                    for i in range(task.num_labels)}}
 
     def score(self, task, enc, logits):
-        from ..metrics import classification_metrics
+        from compress.measure.metrics import classification_metrics
 
         return classification_metrics(logits, enc.labels, task.metrics)
 
     def intervals(self, task, enc, pred):
-        from ..metrics import ci95_fields
+        from compress.measure.metrics import ci95_fields
 
         return ci95_fields(pred, enc.labels, task.metrics, task.num_labels)
 
@@ -85,7 +85,7 @@ class Classification(TaskKind):
         return Example(line, None, -1)
 
     def predict(self, loaded, examples, batch_size, max_length, progress=None):
-        from ..stream import classify_rows
+        from compress.stream import classify_rows
 
         return classify_rows(loaded, examples, batch_size, max_length, progress)
 

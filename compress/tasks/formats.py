@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from compress.errors import DataError
+from compress.core.errors import DataError
 
 FORMATS = ("csv", "tsv", "jsonl", "conll")
 

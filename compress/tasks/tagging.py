@@ -3,17 +3,17 @@ CoNLL-style columns (token first, tag last), JSON Lines (`tokens`, `tags` lists)
 Hub dataset.
 
 Metrics: entity micro-F1 (exact span and type, conlleval; the primary metric), precision,
-recall and word tag accuracy, with F1 per entity type beside them (compress.ner). The tag
+recall and word tag accuracy, with F1 per entity type beside them (compress.tasks.iob). The tag
 order is O, then B-X, I-X per entity type in sorted order, unless params list the tags.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DataError
-from .. import ner
-from . import formats
-from .base import Example, TaskKind, locate, register
+from compress.core.errors import DataError
+from compress.tasks import iob as ner
+from compress.tasks import formats
+from compress.tasks.base import Example, TaskKind, locate, register
 
 
 class TokenClassification(TaskKind):
@@ -83,18 +83,18 @@ class TokenClassification(TaskKind):
                 "tag_scheme": ner.tag_scheme([task.labels[t] for t in s.tags] for s in rows)}
 
     def score(self, task, enc, logits):
-        from ..metrics import entity_metrics_of
+        from compress.measure.metrics import entity_metrics_of
 
         m = entity_metrics_of(enc, np.asarray(logits).argmax(-1), task.labels)
         return {k: round(float(m[k]), 6) for k in task.metrics}
 
     def intervals(self, task, enc, pred):
-        from ..metrics import entity_f1_ci95
+        from compress.measure.metrics import entity_f1_ci95
 
         return entity_f1_ci95(enc, pred, task.labels)
 
     def details(self, task, enc, pred):
-        from ..metrics import entity_metrics_of
+        from compress.measure.metrics import entity_metrics_of
 
         m = entity_metrics_of(enc, pred, task.labels)
         return {"entities": m["entities"], "f1_per_type": {k: round(v, 6) for k, v in m["f1_per_type"].items()}}
@@ -106,7 +106,7 @@ class TokenClassification(TaskKind):
         return Example(line, None, -1)  # raw text: the tokenizer's words are tagged
 
     def predict(self, loaded, examples, batch_size, max_length, progress=None):
-        from ..stream import tag_texts
+        from compress.stream import tag_texts
 
         # a line of input, or a prepared sentence's words joined by spaces (the dev-stream
         # measurement tags the dev split the way users' text is tagged)

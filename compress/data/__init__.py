@@ -1,0 +1,1 @@
+"""Prepared splits on disk (prepare, the data card, Prepared) and their encoding into model inputs."""

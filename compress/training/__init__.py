@@ -1,0 +1,1 @@
+"""What trains or changes weights in PyTorch: models, fine-tuning, the teacher, distillation, head pruning, transfer-set augmentation."""
