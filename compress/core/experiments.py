@@ -1,8 +1,8 @@
 """Relative data sources for DVC's queued and temporary experiments.
 
 `dvc exp run --queue` / `--temp` run each experiment in a copy of the repository at
-`<checkout>/.dvc/tmp/exps/<tmpdir>/`. A relative `prepare.source` such as the default
-`../shared/data/sst2` is resolved from there, by DVC (the stage's dependency) and by the
+`<checkout>/.dvc/tmp/exps/<tmpdir>/`. A relative `prepare.source` such as
+`../shared/data/<task>` is resolved from there, by DVC (the stage's dependency) and by the
 stage alike, so it would point into `.dvc/tmp/exps/` instead of beside the checkout.
 
 One symbolic link fixes both without touching the source string (so the data card, and
