@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from compress.core.config import check
+from compress.backends.parity import check_settings
 from compress.data.prepare import Prepared
 from compress.core.errors import UserError
 from compress.core.io import atomic_dir, sha256_file
@@ -65,10 +66,7 @@ class ExportConfig:
         check(11 <= self.opset <= 21, f"opset must be in [11, 21], got {self.opset}")
         check(len(self.example_shape) == 2 and min(self.example_shape) >= 1,
               f"example_shape is [batch >= 1, seq >= 1], got {self.example_shape}")
-        check(len(self.parity_shapes) >= 1, "parity_shapes must list at least one [batch, seq]")
-        for s in self.parity_shapes:
-            check(len(s) == 2 and s[0] >= 1 and s[1] >= 2, f"each parity shape is [batch >= 1, seq >= 2], got {s}")
-        check(self.parity_atol > 0, f"parity_atol must be > 0, got {self.parity_atol}")
+        check_settings(self.parity_shapes, self.parity_atol)
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
 
 

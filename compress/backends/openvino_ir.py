@@ -63,6 +63,7 @@ from pathlib import Path
 import numpy as np
 
 from compress.core.config import check
+from compress.backends.parity import check_settings
 from compress.data.prepare import Prepared
 from compress.core.env import versions as env_versions
 from compress.core.errors import UserError
@@ -116,10 +117,7 @@ class OpenVinoConfig:
         check(self.int8_inference_precision in INT8_HINTS,
               f"int8_inference_precision must be one of {', '.join(INT8_HINTS)}, "
               f"got '{self.int8_inference_precision}'")
-        check(len(self.parity_shapes) >= 1, "parity_shapes must list at least one [batch, seq]")
-        for s in self.parity_shapes:
-            check(len(s) == 2 and s[0] >= 1 and s[1] >= 2, f"parity_shapes: each is [batch >= 1, seq >= 2], got {s}")
-        check(self.parity_atol > 0, f"parity_atol must be > 0, got {self.parity_atol}")
+        check_settings(self.parity_shapes, self.parity_atol)
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
 
 

@@ -23,10 +23,20 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from compress.core.config import check
 from compress.core.errors import UserError
 
 Logits = Callable[[dict[str, np.ndarray]], np.ndarray]
 
+
+
+def check_settings(shapes: list[list[int]], atol: float) -> None:
+    """The parity settings every backend config validates: at least one [batch, seq] shape,
+    each batch >= 1 and seq >= 2, and a positive tolerance."""
+    check(len(shapes) >= 1, "parity_shapes must list at least one [batch, seq]")
+    for s in shapes:
+        check(len(s) == 2 and s[0] >= 1 and s[1] >= 2, f"parity_shapes: each parity shape is [batch >= 1, seq >= 2], got {s}")
+    check(atol > 0, f"parity_atol must be > 0, got {atol}")
 
 def compared_logits(got: np.ndarray, ref: np.ndarray, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The positions a parity check compares, (positions, labels) each: the output at every
