@@ -40,7 +40,7 @@ VARIANTS = ("eager_fp32", "eager_fp16", "cudagraph_fp16", "tensorrt_fp16", "ort_
 
 
 def cuda_facts() -> dict:
-    from compress.backends.base import cuda_unavailable
+    from compress.backends.pytorch import cuda_unavailable
 
     reason = cuda_unavailable()
     facts = {"torch": torch.__version__, "cuda_build": torch.version.cuda, "usable": reason is None,
@@ -88,7 +88,8 @@ def make_batch(batch: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
 def variant_runner(variant: str, path: Path, name: str):
     """(runner, None) or (None, why it cannot run here)."""
     from compress.backends.cudagraph import CudaGraphRunner
-    from compress.backends.base import Artifact, TorchRunner
+    from compress.backends.base import Artifact
+    from compress.backends.pytorch import TorchRunner
 
     if variant == "eager_fp32":
         return TorchRunner(Artifact(name, path), "gpu", 1), None

@@ -38,7 +38,7 @@ def _points(text: str) -> list[int]:
 def cmd_env(args) -> None:
     from compress.core.env import environment
 
-    print(json.dumps(environment(), indent=2))
+    print(json.dumps(environment(all_backends=True), indent=2))
 
 
 def prepare_config(params_path: str, task: str | None, source: str | None, sets: list[str] | None = None):

@@ -46,30 +46,19 @@ def verify(path: Path) -> dict | None:
 
 
 def artifact_at(path: Path, name: str | None = None):
-    """An Artifact for a directory any stage wrote, its format and precision read from
-    the files in it."""
+    """An Artifact for a directory any stage wrote: its format and precision from its
+    manifest.json (compress.backends.registry.recognise; a directory without one, such as
+    a model saved elsewhere, by its backends' marker files)."""
+    from compress.backends import registry
     from compress.backends.base import Artifact
 
     if not path.is_dir():
-        raise SystemExit(f"error: {path}: no such artifact directory")
-    if (path / "model.engine").is_file():
-        meta = json.loads((path / "engine.json").read_text(encoding="utf-8"))
-        return Artifact(name or path.name, path, "tensorrt", meta.get("precision", "fp16"))
-    if (path / "model.xml").is_file():
-        meta = json.loads((path / "openvino.json").read_text(encoding="utf-8")) \
-            if (path / "openvino.json").is_file() else {}
-        return Artifact(name or path.name, path, "openvino", meta.get("precision", "fp32"))
-    if (path / "quantization.json").is_file():
-        return Artifact(name or path.name, path, "pytorch_int8", "int8")
-    if (path / "inc_int8.json").is_file():
-        return Artifact(name or path.name, path, "pytorch_inc", "int8")
-    if (path / "model.onnx").is_file():
-        from compress.backends.onnx_export import op_counts
-        from compress.backends.onnx_runtime import QUANT_OPS
-
-        int8 = bool(QUANT_OPS & set(op_counts(path / "model.onnx")))
-        return Artifact(name or path.name, path, "onnx", "int8" if int8 else "fp32")
-    return Artifact(name or path.name, path)
+        raise UserError(f"{path}: no such artifact directory")
+    try:
+        fmt, precision = registry.recognise(path)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    return Artifact(name or path.name, path, fmt, precision)
 
 
 def _read_json(path: Path) -> dict:
@@ -151,8 +140,8 @@ def load(path: str | Path = DEFAULT_ARTIFACT, task: str | None = None, target: s
                         "`dvc repro select`)")
     meta = verify(path)
     found = resolve_task(path, task)  # before any weights are loaded: a wrong task stops here
-    art = artifact_at(path)
-    if meta:  # the promoted record knows what it is; the files alone may not
+    art = artifact_at(path)  # its manifest names the format (and imports a plugin's backend)
+    if meta:  # the promoted record names what it is
         from compress.backends.base import Artifact
 
         art = Artifact(meta["artifact"], path, meta["format"], meta["precision"])

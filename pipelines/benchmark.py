@@ -11,13 +11,13 @@ from compress.data.prepare import Prepared
 from compress.core.env import environment
 from compress.report.schema import make_report, read_report, write_report
 
-from .common import MODELS, PREPARED, REPORTS, run
+from .common import PREPARED, REPORTS, run
 
 
 def main(params: dict, report_paths: list[str]) -> None:
     t0 = time.perf_counter()
     cfg = section(params, "benchmark", BenchmarkConfig)
-    entries = artifacts_from_reports([read_report(p) for p in report_paths], MODELS, cfg.exclude)
+    entries = artifacts_from_reports([read_report(p) for p in report_paths], cfg.exclude)
     labels = list(Prepared.open(PREPARED).task.label_names)
     bar = tqdm(total=len(entries) + bool(cfg.reference), desc="benchmark", unit="artifact")
 

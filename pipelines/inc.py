@@ -46,7 +46,7 @@ def main(params: dict) -> None:
     except IncGoalNotMet as e:  # keep what was tried, then fail the stage
         write_report(make_report("inc", [], environment(mcfg.threads), {"tuning": e.report}), REPORTS)
         raise
-    save_inc_int8(qmodel, tokenizer, MODELS / NAME, extra={"tuning": tuning})
+    save_inc_int8(qmodel, tokenizer, MODELS / NAME, extra={"tuning": tuning}, parent=MODELS / PARENT)
     measure_and_report("inc", [Artifact(NAME, MODELS / NAME, "pytorch_inc", "int8", parent=PARENT)],
                        [Artifact(PARENT, MODELS / PARENT)], mcfg, {"tuning": tuning}, t0)
 

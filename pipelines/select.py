@@ -41,7 +41,7 @@ def main(params: dict) -> None:
     policy = section(params, "select", SelectPolicy)
     comparison = read_report(REPORTS / "comparison.json")
     sel = select(comparison, policy)
-    sel["promoted"] = promote(sel, comparison.get("environment", {}), MODELS, MODELS / "production")
+    sel["promoted"] = promote(sel, comparison.get("environment", {}), MODELS / "production")
     if sel["promoted"] is None:  # DVC wants the output to exist: an empty folder says "nothing"
         (MODELS / "production").mkdir(parents=True, exist_ok=True)
     # dvc metrics read numbers: the headline of the choice, flat

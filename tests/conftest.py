@@ -133,9 +133,10 @@ def production(tmp_path) -> Path:
                 "backend": "pytorch-cpu", "format": "pytorch", "precision": "fp32", "task": "sst2",
                 "accuracy": 0.5, "f1": None, "parent": None, "latency_ms_p50": p50, "latency_ms_p99": p50,
                 "throughput_seq_per_s": 100.0, "size_mb": 1.0, "num_params": 1000, "peak_mem_mb": 500.0,
-                "threads": 2} for name, p50 in (("teacher", 10.0), ("tiny", 1.0))]
+                "threads": 2, "path": str(tmp_path / "models" / name)}
+               for name, p50 in (("teacher", 10.0), ("tiny", 1.0))]
     sel = select({"environment": env, "records": records}, SelectPolicy())
-    meta = promote(sel, env, tmp_path / "models", tmp_path / "models" / "production")
+    meta = promote(sel, env, tmp_path / "models" / "production")
     assert meta["artifact"] == "tiny" and "model.safetensors" in meta["sha256"]
     return tmp_path / "models" / "production"
 
@@ -212,3 +213,24 @@ def conll_prepared(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("conll_prepared")
     prepare(preset("conll2003", write_conll(root / "src")), root / "prepared")
     return root / "prepared"
+
+
+# --- a quiet, light `compress predict` -----------------------------------------------------
+
+LIGHT_CHECK = ("import sys; from compress.cli import main; rc = main(['predict', '--artifact', sys.argv[1], "
+               "'a warm and funny film', 'dull']); print('HEAVY', ','.join(sorted(m for m in "
+               "('torch', 'torchao', 'transformers') if m in sys.modules))); sys.exit(rc)")
+
+
+def predict_in_a_fresh_process(artifact: Path) -> tuple[list[str], set[str], str]:
+    """(output lines, heavy modules imported, stderr) of `compress predict` on two texts in a
+    new interpreter with every warning shown (-W default)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-W", "default", "-c", LIGHT_CHECK, str(artifact)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    heavy = {m for m in lines[-1].removeprefix("HEAVY ").split(",") if m}
+    return lines[:-1], heavy, proc.stderr

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+from compress.core.errors import UserError
+
 from compress.cli import main
 
 
@@ -40,7 +42,7 @@ def test_artifact_format_is_read_from_the_directory(tiny_model_dir, tmp_path):
     assert (artifact_at(tiny_model_dir).format, artifact_at(tiny_model_dir).precision) == ("pytorch", "fp32")
     quantize_checkpoint(tiny_model_dir, tmp_path / "q", QuantizeConfig())
     assert (artifact_at(tmp_path / "q").format, artifact_at(tmp_path / "q").precision) == ("pytorch_int8", "int8")
-    with pytest.raises(SystemExit, match="no such artifact directory"):
+    with pytest.raises(UserError, match="no such artifact directory"):
         artifact_at(tmp_path / "missing")
 
 

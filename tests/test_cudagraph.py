@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from compress.backends.cudagraph import CudaGraphRunner, GraphCache, graph_forward
-from compress.backends.base import Artifact, TorchRunner, cuda_unavailable
+from compress.backends.base import Artifact
+from compress.backends.pytorch import TorchRunner, cuda_unavailable
 from conftest import tiny_model
 
 

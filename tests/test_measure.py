@@ -177,7 +177,7 @@ def test_a_child_that_dies_without_reporting_is_an_error_not_a_hang(tiny_model_d
         m._measure_isolated(Artifact("tiny", tiny_model_dir), prepared_sst2, "cpu", cfg)
 
 
-def _die(args, queue):
+def _die(args, queue, plugins=()):
     import os
 
     os._exit(3)
@@ -291,14 +291,12 @@ def test_bf16_is_skipped_with_reason_on_a_cpu_without_native_bf16(tmp_path, monk
 @pytest.mark.skipif(__import__("compress.core.env", fromlist=["x"]).bf16_unavailable() is not None,
                     reason="this CPU has no native bf16")
 def test_bf16_variant_is_measured_beside_its_parent(tiny_model_dir, prepared_sst2):
-    from compress.backends.base import artifact_dir
-
-    assert artifact_dir("tiny_bf16", tiny_model_dir.parent) == tiny_model_dir  # same files as the parent
     cfg = MeasureConfig(targets=["cpu"], isolate=False, gpu_fp16=False, **FAST)
     records, _ = measure_with_reference([Artifact("tiny_bf16", tiny_model_dir, "pytorch", "bf16", parent="tiny")],
                                         [Artifact("tiny", tiny_model_dir)], prepared_sst2, cfg)
     (rec,) = records
     assert rec["status"] == "ok" and rec["precision"] == "bf16" and rec["agreement_with_parent"] >= 0.75
+    assert rec["path"] == str(tiny_model_dir)  # the same files as its parent, found by path, not by name
 
 
 # --- bootstrap confidence intervals of the dev metrics ---------------------------------------

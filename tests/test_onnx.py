@@ -307,3 +307,14 @@ def test_tagger_exports_per_token_logits_and_quantizes(conll, tmp_path):  # noqa
     # the classifier, MatMul + Add on every position, is quantized when keep_float allows it
     quantize_onnx(tmp_path / "onnx", tmp_path / "int8_all", OrtQuantConfig(keep_float=["layernorm"]))
     assert "classifier" in quantized_groups(tmp_path / "int8_all/model.onnx")
+
+
+def test_predict_on_an_onnx_artifact_imports_no_torch_and_prints_no_warning(exported):
+    """The ONNX Runtime backend needs neither torch nor transformers at inference: the
+    tokenizer comes from tokenizers (compress.data.tokenizer), the format from manifest.json."""
+    from conftest import predict_in_a_fresh_process
+
+    root, _, _ = exported
+    lines, heavy, stderr = predict_in_a_fresh_process(root / "pruned_onnx")
+    assert heavy == set() and "Warning" not in stderr, stderr
+    assert len(lines) == 2 and all(line.split("\t")[0] in ("negative", "positive") for line in lines)

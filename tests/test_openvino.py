@@ -422,3 +422,13 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
         pred.append(run_session(session, item["inputs"])[keep].argmax(-1).tolist())
     assert f1 == pytest.approx(entity_metrics(gold, pred, CONLL_TAGS)["f1"]) == pytest.approx(v["accuracy_fp32"])
     assert per_item == pytest.approx([float(np.mean(np.array(g) == np.array(p))) for g, p in zip(gold, pred)])
+
+
+def test_predict_on_an_openvino_ir_imports_no_torch_and_prints_no_warning(built):
+    from conftest import predict_in_a_fresh_process
+
+    root, _, _ = built
+    for ir in ("ov", "ov_int8"):
+        lines, heavy, stderr = predict_in_a_fresh_process(root / ir)
+        assert heavy == set() and "Warning" not in stderr, stderr
+        assert len(lines) == 2 and all(line.split("\t")[0] in ("negative", "positive") for line in lines)

@@ -191,9 +191,13 @@ def test_missing_optimum_intel_says_how_to_install(student_dir, prepared_sst2, c
 @pytest.mark.skipif(_optimum_intel_missing() is not None, reason=str(_optimum_intel_missing()))
 def test_optimum_intel_runner_matches_pytorch(tmp_path, student_dir, prepared_sst2):
     """optimum-intel's export of the student, run by the peer runner at f32, gives the project's
-    PyTorch logits; its static INT8 stays close; threads and precision are pinned."""
+    PyTorch logits; its static INT8 stays close; threads and precision are pinned. The harness
+    finds the peer format only while it is registered, also in a spawned child, and forgets it
+    after."""
     import compress.backends.base as runners
+    from compress.backends import registry
     from compress.data.prepare import Prepared
+    from compress.measure.harness import MeasureConfig, measure
     from compress.training.models import load_tokenizer
     from compress.backends.base import Artifact, load_runner
     from compress.data.tokens import collate, encode
@@ -213,12 +217,31 @@ def test_optimum_intel_runner_matches_pytorch(tmp_path, student_dir, prepared_ss
     dev = prepared.split("dev")
     batches = [collate(encode(tokenizer, dev, 64), list(range(len(dev)))),  # padded to the longest row
                collate(encode(tokenizer, dev, 32), [0, 1, 2], pad_to=32)]
+    with peer.peer_runner_registered():
+        from benchmarks.peer.runner import OptimumIntelRunner
+
+        fp32_art = peer.peer_artifact("optimum_intel_ov", built["fp32_dir"], "fp32")
+        int8_art = peer.peer_artifact("optimum_intel_ov_int8", built["int8_dir"], "int8", "optimum_intel_ov")
+        assert runners.runner_class(fp32_art, "cpu") is OptimumIntelRunner
+        assert runners.skip_reason(fp32_art, "gpu") == "optimum-intel's peer route is measured on the CPU only"
+        assert "benchmarks.peer.runner" in registry.plugin_modules()
+        # isolate=True: a spawned child re-imports benchmarks.peer.runner before it looks the format up
+        cfg = MeasureConfig(targets=["cpu"], points=[[1, 16]], warmup_queries=1, min_queries=2, min_duration_s=0.0,
+                            max_duration_s=1.0, threads=1, isolate=True, gpu_fp16=False)
+        rec = measure(fp32_art, prepared_sst2, cfg)[0]
+        assert rec["status"] == "ok", rec
+        assert rec["backend"] == "optimum-intel-openvino-cpu" and rec["format"] == peer.OV_PEER_FORMAT
+        assert rec["eval_rows"] == 8 and rec["size_mb"] > 0
+    assert not registry.known(peer.OV_PEER_FORMAT)
+    assert "benchmarks.peer.runner" not in registry.plugin_modules()
+    with pytest.raises(ValueError, match="unknown format 'optimum_intel_openvino'"):
+        peer.peer_artifact("optimum_intel_ov", built["fp32_dir"], "fp32")
+
     reference = load_runner(Artifact("student", student_dir), "cpu", 1)
-    fp32 = peer.OptimumIntelRunner(peer.peer_artifact("optimum_intel_ov", built["fp32_dir"], "fp32"), "cpu", 1)
-    int8 = peer.OptimumIntelRunner(
-        peer.peer_artifact("optimum_intel_ov_int8", built["int8_dir"], "int8", "optimum_intel_ov"), "cpu", 1)
+    fp32 = OptimumIntelRunner(fp32_art, "cpu", 1)
+    int8 = OptimumIntelRunner(int8_art, "cpu", 1)
     assert fp32.num_labels == 2 and fp32.num_params > 0 and fp32.tokenizer.vocab_size == tokenizer.vocab_size
-    assert peer.OptimumIntelRunner.unavailable("cpu") is None and "CPU only" in peer.OptimumIntelRunner.unavailable("gpu")
+    assert OptimumIntelRunner.unavailable("cpu") is None and "CPU only" in OptimumIntelRunner.unavailable("gpu")
     props = peer.compiled_properties(peer.find_compiled_model(fp32))
     assert props["INFERENCE_PRECISION_HINT"] == "f32" and props["INFERENCE_NUM_THREADS"] == 1
     assert props["NUM_STREAMS"] == 1 and props["PERFORMANCE_HINT"] == "LATENCY"
@@ -230,13 +253,42 @@ def test_optimum_intel_runner_matches_pytorch(tmp_path, student_dir, prepared_ss
         scale = float(np.abs(want).max())
         assert np.abs(int8(batch) - want).max() < 0.1 * scale + 1e-3
 
-    # The harness finds the peer runner only while it is registered, and forgets it after.
-    before = dict(runners.RUNNERS)
-    art = peer.peer_artifact("optimum_intel_ov", built["fp32_dir"], "fp32")
-    with peer.peer_runner_registered():
-        assert runners.runner_class(art, "cpu").__name__ == "OptimumIntelRunner"
-        assert runners.skip_reason(art, "gpu")
-    assert runners.RUNNERS == before
+
+def _peer_in_a_fresh_interpreter(modules: list[str]) -> tuple:
+    """In a spawned child: what the measurement harness does before it looks a format up."""
+    from compress.backends import registry
+
+    registry.load_plugins(modules)
+    backend = registry.get("optimum_intel_openvino")
+    return backend.module, backend.runners["cpu"], registry.known("optimum_intel_openvino")
+
+
+def test_peer_format_is_registered_only_while_the_check_runs():
+    """Importing the script registers nothing; inside the context the peer format resolves to
+    OptimumIntelRunner and a spawned interpreter registers it again from the module name it
+    was registered under (needs no optimum-intel: the runner imports it only when built)."""
+    import multiprocessing
+
+    from compress.backends import registry
+    from compress.backends.base import runner_class
+
+    assert not registry.known(peer.OV_PEER_FORMAT)
+    with peer.peer_runner_registered() as backend:
+        assert backend.module == "benchmarks.peer.runner"
+        assert backend.runners == {"cpu": "benchmarks.peer.runner:OptimumIntelRunner",
+                                   "gpu": "skip:optimum-intel's peer route is measured on the CPU only"}
+        art = peer.peer_artifact("optimum_intel_ov", REPO, "fp32")
+        assert runner_class(art, "cpu").__name__ == "OptimumIntelRunner"
+        assert runner_class(art, "gpu") == "optimum-intel's peer route is measured on the CPU only"
+        modules = registry.plugin_modules()
+        assert "benchmarks.peer.runner" in modules
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            got = pool.apply(_peer_in_a_fresh_interpreter, (modules,))
+        assert got == ("benchmarks.peer.runner", "benchmarks.peer.runner:OptimumIntelRunner", True)
+    assert not registry.known(peer.OV_PEER_FORMAT) and "benchmarks.peer.runner" not in registry.plugin_modules()
+    with peer.peer_runner_registered():  # a second check in the same process registers it again
+        assert registry.known(peer.OV_PEER_FORMAT)
+    assert not registry.known(peer.OV_PEER_FORMAT)
 
 
 def _check_ov_result(res: dict, printed: str, rounds: int) -> dict:

@@ -115,8 +115,8 @@ def test_no_linear_left_to_quantize_is_an_error():
 def test_save_and_reload_is_bit_identical_without_pickle(saved, pruned, variant, monkeypatch):
     q, path = saved[variant]
     assert sorted(p.name for p in path.iterdir()) == sorted(
-        ["config.json", "model.safetensors", "quantization.json", "special_tokens_map.json", "tokenizer.json",
-         "tokenizer_config.json", "vocab.txt"])  # safetensors + json (+ the vocabulary), no pickle
+        ["config.json", "manifest.json", "model.safetensors", "quantization.json", "special_tokens_map.json",
+         "tokenizer.json", "tokenizer_config.json", "vocab.txt"])  # safetensors + json (+ the vocabulary), no pickle
     with monkeypatch.context() as m:  # loading never unpickles anything
         m.setattr(pickle, "loads", lambda *a, **k: pytest.fail("pickle.loads called"))
         m.setattr(pickle, "load", lambda *a, **k: pytest.fail("pickle.load called"))

@@ -10,7 +10,6 @@ from compress.cli import main
 from compress.core.config import ConfigError, build
 from compress.predict import IntegrityError, load, parse_lines, predict
 from compress.tasks.base import get_kind
-from compress.backends.base import artifact_dir
 from compress.report.select import SelectPolicy, promote, select
 from conftest import REPO
 from test_report import ENV
@@ -73,7 +72,7 @@ def test_nothing_qualifies_is_a_result_not_an_error(tmp_path):
     assert sel["chosen"] is None and sel["record"] is None
     assert "no artifact on gpu meets the policy" in sel["reasons"][0]
     (tmp_path / "production").mkdir()
-    assert promote(sel, ENV, tmp_path, tmp_path / "production") is None
+    assert promote(sel, ENV, tmp_path / "production") is None
     assert not (tmp_path / "production").exists()  # a stale promotion never survives
 
 
@@ -106,12 +105,27 @@ def test_gpu_target_selects_among_gpu_rows_and_the_comparison_shows_them():
     assert sel["chosen"] == "student_cudagraph" and sel["speedup_vs"]["teacher"] == round(4.7 / 0.4, 3)
 
 
-def test_artifact_dirs_follow_the_stage_layout(tmp_path):
-    assert artifact_dir("student_trt_fp16", tmp_path) == tmp_path / "trt" / "student-fp16"
-    assert artifact_dir("student_fp16", tmp_path) == tmp_path / "student"
-    assert artifact_dir("student_cudagraph", tmp_path) == tmp_path / "student"
-    assert artifact_dir("student_pruned_cudagraph_fp32", tmp_path) == tmp_path / "student_pruned"
-    assert artifact_dir("student_onnx_int8", tmp_path) == tmp_path / "student_onnx_int8"
+def test_artifacts_are_found_by_the_path_their_records_carry():
+    """No name parsing: a variant sharing its parent's files (bf16) and an engine in its own
+    folder are where their records say; a measured record without a path is refused."""
+    from compress.measure.benchmark import artifacts_from_reports
+
+    def r(name, target, path, fmt="pytorch", precision="fp32", status="ok"):
+        return {"artifact": name, "target": target, "status": status, "reason": None if status == "ok" else "no GPU",
+                "format": fmt, "precision": precision, "parent": None, "path": path}
+
+    reports = [{"stage": "distill", "records": [r("student", "cpu", "models/student"),
+                                                r("student_bf16", "cpu", "models/student", precision="bf16")]},
+               {"stage": "tensorrt", "records": [r("student_trt_fp16", "gpu", "models/trt/student-fp16", "tensorrt",
+                                                   "fp16"),
+                                                 r("student_trt_fp16", "cpu", None, "tensorrt", "fp16", "skipped")]}]
+    found = {a.name: (str(a.path), a.format, a.precision, sorted(recs)) for a, recs in artifacts_from_reports(reports)}
+    assert found == {"student": ("models/student", "pytorch", "fp32", ["cpu"]),
+                     "student_bf16": ("models/student", "pytorch", "bf16", ["cpu"]),
+                     "student_trt_fp16": ("models/trt/student-fp16", "tensorrt", "fp16", ["cpu", "gpu"])}
+    reports[0]["records"][0]["path"] = None
+    with pytest.raises(ValueError, match="distill.json: student/cpu records no path"):
+        artifacts_from_reports(reports)
 
 
 def test_promotion_writes_hashes_and_a_model_card(production):

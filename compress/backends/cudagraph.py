@@ -27,6 +27,18 @@ import numpy as np
 import torch
 
 from compress.data.tokens import unpad
+from compress.backends.registry import Backend, register
+
+# the float weights of a pytorch directory, replayed from captured CUDA graphs: a runtime
+# variant, recognised by its record's format only (no marker file of its own)
+BACKEND = register(Backend(
+    format="pytorch_cudagraph",
+    runners={"cpu": "skip:CUDA graphs replay on NVIDIA GPUs only", "gpu": "compress.backends.cudagraph:CudaGraphRunner"},
+    weight_globs=("*.safetensors",),
+    usage="compress.backends.cudagraph.CudaGraphRunner(Artifact(name, path, 'pytorch_cudagraph', precision), "
+          "'gpu', threads)  # CUDA graphs replayed per query",
+    color="#8c564b",
+))
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -129,12 +141,12 @@ def graph_forward(model) -> Callable[..., torch.Tensor]:
 
 class CudaGraphRunner:
     """A PyTorch artifact replayed from CUDA graphs on the GPU (FP16 by default; the
-    artifact's precision says). Same interface as compress.backends.base' runners; to be listed
-    in runners.RUNNERS as the `pytorch_cudagraph` format on the gpu target."""
+    artifact's precision says). Same interface as compress.backends.base' runners; registered as the
+    `pytorch_cudagraph` format (gpu target only)."""
     backend = "pytorch-cudagraph-gpu"
 
     def __init__(self, artifact, target: str, threads: int, device: GraphDevice | None = None):
-        from compress.backends.base import load_torch_model
+        from compress.backends.pytorch import load_torch_model
 
         reason = self.unavailable(target) if device is None else None
         if reason:
@@ -150,7 +162,7 @@ class CudaGraphRunner:
     def unavailable(target: str) -> str | None:
         if target != "gpu":
             return "CUDA graphs replay on NVIDIA GPUs only"
-        from compress.backends.base import cuda_unavailable
+        from compress.backends.pytorch import cuda_unavailable
 
         return cuda_unavailable()
 

@@ -46,6 +46,19 @@ from compress.core.errors import UserError
 from compress.backends.inc_graph import (IncInt8Classifier, _args, _inc, _inc_config, export_classifier, quantized_module_names,
                         versions)
 from compress.core.io import atomic_dir
+from compress.backends.registry import Backend, register, write_manifest
+
+BACKEND = register(Backend(
+    format="pytorch_inc",
+    runners={"cpu": "compress.backends.inc_artifact:IncInt8Runner",
+             "gpu": "skip:Neural Compressor's PT2E INT8 graph runs on the CPU only"},
+    weight_globs=("*.safetensors",),
+    usage="compress.backends.inc_artifact.load_inc_int8(path)  # rebuilt and verified, no pickle",
+    color="#d62728",
+    libraries=("neural-compressor-pt",),
+    marker="inc_int8.json",
+    default_precision="int8",
+))
 
 META_FILE = "inc_int8.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -151,7 +164,8 @@ def _dequantize_weight(q: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
     return ((q.double() - zero.double()) * scale.double()).float()
 
 
-def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, extra: dict | None = None) -> None:
+def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, extra: dict | None = None,
+                  parent: str | Path | None = None) -> None:
     """Store an `inc_autotune` result atomically in out_dir (INT8 + float safetensors +
     inc_int8.json); the INT8 Linear weights and, when the model has them, the INT8 word
     embeddings are stored as int8 data with their scales."""
@@ -206,6 +220,7 @@ def save_inc_int8(qmodel: IncInt8Classifier, tokenizer, out_dir: str | Path, ext
         tokenizer.save_pretrained(tmp)
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         (tmp / META_FILE).write_text(text)
+        write_manifest(tmp, "pytorch_inc", "int8", parent=parent and str(parent))
 
 
 def _float_state_dict(path: Path, meta: dict, expected: dict[str, torch.Tensor]) -> tuple[dict, dict, tuple | None]:
@@ -374,7 +389,7 @@ def compile_int8(model: IncInt8Classifier) -> IncInt8Classifier:
 
 class IncInt8Runner:
     """INC INT8 (PT2E graph compiled by inductor) on the CPU, for the measurement harness.
-    Register as ("pytorch_inc", "cpu") -> "compress.backends.inc_artifact:IncInt8Runner"."""
+    Registered as the `pytorch_inc` format (cpu target only)."""
     backend = "inc-int8-cpu"
 
     def __init__(self, artifact, target: str, threads: int, compile: bool = True):

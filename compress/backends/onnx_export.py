@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from compress.core.config import check
 from compress.backends.parity import check_settings
+from compress.backends.registry import write_manifest
 from compress.data.prepare import Prepared
 from compress.core.errors import UserError
 from compress.core.io import atomic_dir, sha256_file
@@ -145,6 +145,8 @@ def run_session(session, batch: dict[str, np.ndarray]) -> np.ndarray:
 # --- export ------------------------------------------------------------------------------
 
 def _export_torchscript(model, path: Path, cfg: ExportConfig, kind: str = "sequence") -> None:
+    import torch
+
     b, s = cfg.example_shape
     ids = torch.full((b, s), 1000, dtype=torch.long)
     mask = torch.ones_like(ids)
@@ -182,6 +184,8 @@ def parity_batches(prepared: Prepared, tokenizer, shapes: list[list[int]]) -> li
 
 
 def torch_logits(model, batch: dict[str, np.ndarray]) -> np.ndarray:
+    import torch
+
     with torch.inference_mode():
         return model(**{k: torch.from_numpy(v) for k, v in batch.items()}).logits.float().numpy()
 
@@ -202,6 +206,8 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, cfg: ExportConfig, p
     plain_out_dir: also keep the unfused export there (standard ONNX ops only), the input
     TensorRT needs: it cannot parse ONNX Runtime's com.microsoft fused ops."""
     from transformers import BertConfig
+
+    import torch
 
     from compress.training.models import check_safetensors_dir, head_class, kind_of, load_tokenizer
 
@@ -246,6 +252,7 @@ def export_onnx(model_dir: str | Path, out_dir: str | Path, cfg: ExportConfig, p
                     f"export_onnx.parity_atol = {cfg.parity_atol}; nothing was written")
         model.config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, "onnx", "fp32", parent=str(model_dir))
         if plain_out_dir is not None:
             with atomic_dir(plain_out_dir) as ptmp:
                 for f in tmp.iterdir():

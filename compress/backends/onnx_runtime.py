@@ -43,6 +43,7 @@ them as they are (the harness takes the scored positions, compress.data.tokens).
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -55,6 +56,18 @@ from compress.core.config import check
 from compress.core.errors import UserError
 from compress.core.io import atomic_dir, sha256_file
 from compress.backends.onnx_export import check_onnx_file, count_initializer_params, cpu_session, op_counts
+from compress.backends.registry import Backend, register, write_manifest
+
+BACKEND = register(Backend(
+    format="onnx",
+    runners={"cpu": "compress.backends.onnx_runtime:OrtRunner", "gpu": "compress.backends.onnx_runtime:OrtRunner"},
+    weight_globs=("*.onnx",),
+    usage="onnxruntime.InferenceSession(path + '/model.onnx')  # inputs input_ids, attention_mask, token_type_ids",
+    color="#2ca02c",
+    libraries=("onnx", "onnxruntime", "onnxruntime-gpu"),
+    marker="model.onnx",
+    precision_of="compress.backends.onnx_runtime:onnx_precision",
+))
 
 GROUPS = ("embeddings", "attention", "ffn", "pooler", "classifier", "layernorm")
 EMBEDDING_SCHEMES = ("per_row", "per_tensor")
@@ -331,7 +344,13 @@ def quantize_onnx(src_dir: str | Path, out_dir: str | Path, cfg: OrtQuantConfig)
         summary["num_params"] = count_initializer_params(dst)
         summary["size_mb"] = round(dst.stat().st_size / 2**20, 3)
         summary["sha256"] = sha256_file(dst)
+        write_manifest(tmp, "onnx", "int8", parent=str(src_dir))  # replaces the parent's, copied above
     return summary
+
+
+def onnx_precision(directory: str | Path) -> str:
+    """int8 when the graph holds ONNX Runtime's quantized operators, else fp32."""
+    return "int8" if QUANT_OPS & set(op_counts(Path(directory) / "model.onnx")) else "fp32"
 
 
 # --- runner ------------------------------------------------------------------------------
@@ -342,17 +361,24 @@ def ort_gpu_unavailable() -> str | None:
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         return (f"onnxruntime {ort.__version__} has no CUDAExecutionProvider "
                 "(install onnxruntime-gpu on a CUDA machine)")
-    from compress.backends.base import cuda_unavailable
+    from compress.backends.pytorch import cuda_unavailable
 
     return cuda_unavailable()
+
+
+def num_labels(directory: Path) -> int:
+    """Classes (or tags) of the model config.json describes: its id2label entries."""
+    cfg = directory / "config.json"
+    if not cfg.is_file():
+        raise UserError(f"{cfg} not found: an ONNX artifact carries its model's config.json")
+    return len(json.loads(cfg.read_text(encoding="utf-8")).get("id2label") or {0: 0, 1: 1})
 
 
 class OrtRunner:
     """ONNX Runtime: CPUExecutionProvider on cpu, CUDAExecutionProvider on gpu."""
 
     def __init__(self, artifact, target: str, threads: int):
-        from compress.training.models import load_tokenizer
-        from transformers import AutoConfig
+        from compress.data.tokenizer import load_fast_tokenizer  # tokenizers only: no torch on this path
 
         path = Path(artifact.path) / "model.onnx"
         check_onnx_file(path)
@@ -366,8 +392,8 @@ class OrtRunner:
             self.session = ort.InferenceSession(str(path), so, providers=["CUDAExecutionProvider"])
         self.backend = f"onnxruntime-{target}"
         self.inputs = [i.name for i in self.session.get_inputs()]
-        self.tokenizer = load_tokenizer(artifact.path)
-        self.num_labels = AutoConfig.from_pretrained(artifact.path).num_labels
+        self.tokenizer = load_fast_tokenizer(artifact.path)
+        self.num_labels = num_labels(Path(artifact.path))
         self.num_params = count_initializer_params(path)
 
     @staticmethod

@@ -64,6 +64,7 @@ import numpy as np
 
 from compress.core.config import check
 from compress.backends.parity import check_settings
+from compress.backends.registry import write_manifest
 from compress.data.prepare import Prepared
 from compress.core.env import versions as env_versions
 from compress.core.errors import UserError
@@ -303,6 +304,7 @@ def convert_onnx(src_dir: str | Path, out_dir: str | Path, cfg: OpenVinoConfig,
                 "runtime": {p: runtime_settings(p, cfg) for p in ("fp32", "bf16")},
                 "embedding_tables": embedding_tables(model), "versions": versions()}
         atomic_write_json(tmp / META_FILE, meta)
+        write_manifest(tmp, "openvino", "fp32", parent=str(src_dir))  # replaces the parent's, copied above
         summary.update(_ir_summary(tmp))
         summary["embedding_tables"] = meta["embedding_tables"]
         if parity_batches:
@@ -411,6 +413,7 @@ def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoCo
                 "embedding_tables": embedding_tables(model), "validation": summary["validation"],
                 "versions": versions()}
         atomic_write_json(tmp / META_FILE, meta)
+        write_manifest(tmp, "openvino", "int8", parent=str(fp32_dir))
         summary.update(_ir_summary(tmp))
         summary["embedding_tables"] = meta["embedding_tables"]
         if parity_batches:

@@ -18,6 +18,21 @@ import numpy as np
 
 from compress.core.config import check
 from compress.core.errors import UserError
+from compress.backends.registry import Backend, register
+
+BACKEND = register(Backend(
+    format="openvino",
+    # Intel GPUs only on the gpu target: OpenVinoRunner.unavailable says
+    runners={"cpu": "compress.backends.openvino_runner:OpenVinoRunner",
+             "gpu": "compress.backends.openvino_runner:OpenVinoRunner"},
+    weight_globs=("*.bin", "*.xml"),
+    usage="openvino.Core().compile_model(path + '/model.xml', 'CPU', {'INFERENCE_PRECISION_HINT': 'bf16' if bf16 "
+          "else 'f32'})  # or compress.backends.openvino_runner.OpenVinoRunner",
+    color="#17becf",
+    libraries=("openvino", "nncf"),
+    marker="model.xml",
+    precision_of="compress.backends.openvino_runner:ir_precision",
+))
 
 IR_XML = "model.xml"
 IR_BIN = "model.bin"
@@ -65,6 +80,12 @@ def read_meta(ir_dir: str | Path) -> dict:
     return json.loads((ir_dir / META_FILE).read_text(encoding="utf-8"))
 
 
+def ir_precision(ir_dir: str | Path) -> str:
+    """The precision openvino.json records for an IR directory (fp32 without one)."""
+    meta = Path(ir_dir) / META_FILE
+    return json.loads(meta.read_text(encoding="utf-8")).get("precision", "fp32") if meta.is_file() else "fp32"
+
+
 def _num_labels(ir_dir: Path) -> int:
     return int(len(json.loads((ir_dir / "config.json").read_text(encoding="utf-8"))["id2label"]))
 
@@ -102,7 +123,7 @@ class OpenVinoRunner:
     def __init__(self, artifact, target: str, threads: int):
         import openvino as ov
 
-        from compress.training.models import load_tokenizer
+        from compress.data.tokenizer import load_fast_tokenizer  # tokenizers only: no torch on this path
 
         path = Path(artifact.path)
         meta = read_meta(path)
@@ -125,7 +146,7 @@ class OpenVinoRunner:
         self.output = self.compiled.output(0)
         self.settings = settings
         self.backend = f"openvino-{target}-{settings['inference_precision']}"
-        self.tokenizer = load_tokenizer(path)
+        self.tokenizer = load_fast_tokenizer(path)
         self.num_labels = _num_labels(path)
         self.num_params = int(meta.get("num_params", 0))
 

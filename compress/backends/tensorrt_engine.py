@@ -50,6 +50,7 @@ import torch
 from compress.core.config import check
 from compress.core.errors import UserError
 from compress.core.io import atomic_dir, atomic_write_json, sha256_file
+from compress.backends.registry import write_manifest
 from compress.training.models import load_tokenizer
 from compress.backends.onnx_export import count_initializer_params
 from compress.backends.tensorrt_runner import (ENGINE_FILE, META_FILE, EngineBuildError, _trt_logger, _trt_major, parity_check,
@@ -408,6 +409,7 @@ def build_engine(onnx_path: str | Path, out_dir: str | Path, precision: str, cfg
             "copied_files": copied,
         }
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_manifest(tmp, "tensorrt", precision, parent=str(onnx_path.parent))  # replaces the copied one
     return {"engine_dir": str(out_dir), **meta}
 
 

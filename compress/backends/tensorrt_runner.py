@@ -17,8 +17,22 @@ import torch
 
 from compress.core.errors import UserError
 from compress.training.models import load_tokenizer
-from compress.backends.base import Artifact, cuda_unavailable
+from compress.backends.base import Artifact
+from compress.backends.pytorch import cuda_unavailable
 from compress.data.tokens import unpad
+from compress.backends.registry import Backend, register
+
+BACKEND = register(Backend(
+    format="tensorrt",
+    runners={"cpu": "skip:TensorRT engines run on NVIDIA GPUs only", "gpu": "compress.backends.tensorrt_runner:TrtRunner"},
+    weight_globs=("*.engine",),
+    usage="compress.backends.tensorrt_runner.TrtRunner  # same TensorRT version and GPU as the build",
+    color="#9467bd",
+    libraries=("tensorrt",),
+    marker="model.engine",
+    precision_of="compress.backends.tensorrt_runner:engine_precision",
+    default_precision="fp16",
+))
 
 ENGINE_FILE = "model.engine"
 META_FILE = "engine.json"
@@ -103,6 +117,11 @@ def load_engine_meta(engine_dir: str | Path) -> dict:
     if not path.is_file():
         raise UserError(f"{path} not found: {engine_dir} is not a built TensorRT engine; run the stage that builds it")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def engine_precision(engine_dir: str | Path) -> str:
+    """The precision engine.json records (fp16 when it names none)."""
+    return load_engine_meta(engine_dir).get("precision", "fp16")
 
 
 def _torch_dtype(trt, dtype) -> torch.dtype:

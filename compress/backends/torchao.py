@@ -80,6 +80,19 @@ from compress.core.errors import UserError
 from compress.core.env import versions
 from compress.core.io import atomic_dir, sha256_file
 from compress.training.models import HEADS, head_class, kind_of, load_saved, load_tokenizer
+from compress.backends.registry import Backend, register, write_manifest
+
+BACKEND = register(Backend(
+    format="pytorch_int8",
+    runners={"cpu": "compress.backends.torchao:TorchInt8Runner",
+             "gpu": "skip:PyTorch dynamic INT8 kernels (fbgemm/onednn) run on the CPU only"},
+    weight_globs=("*.safetensors",),
+    usage="compress.backends.torchao.load_dynamic_int8(path)  # rebuilt from safetensors, no pickle",
+    color="#ff7f0e",
+    libraries=("torchao",),
+    marker="quantization.json",
+    default_precision="int8",
+))
 
 # Module groups of a BertForSequenceClassification or BertForTokenClassification (which has
 # no pooler), by module name.
@@ -266,8 +279,9 @@ def config_with_head(model: torch.nn.Module):
 
 
 def save_dynamic_int8(qmodel: torch.nn.Module, tokenizer, out_dir: str | Path, route: str,
-                      extra: dict | None = None) -> None:
-    """Write a model from `quantize` as safetensors + JSON (no pickle)."""
+                      extra: dict | None = None, parent: str | Path | None = None) -> None:
+    """Write a model from `quantize` as safetensors + JSON (no pickle), with a manifest
+    naming `parent`, the float directory it came from."""
     names = quantized_linears(qmodel)
     if not names:
         raise ValueError("the model has no torchao INT8 Linear layers (quantize it with compress.backends.torchao.quantize)")
@@ -297,6 +311,7 @@ def save_dynamic_int8(qmodel: torch.nn.Module, tokenizer, out_dir: str | Path, r
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         meta["sha256"] = {"model.safetensors": sha256_file(tmp / "model.safetensors")}
         (tmp / "quantization.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_manifest(tmp, "pytorch_int8", "int8", parent=parent and str(parent))
 
 
 def _check_tensor(where: str, key: str, got: torch.Tensor, shape: tuple, dtype: torch.dtype) -> None:
@@ -438,7 +453,7 @@ def quantize_checkpoint(src: str | Path, out_dir: str | Path, cfg: QuantizeConfi
     model, tokenizer = load_saved(src)
     qmodel = quantize(model, cfg)
     names = quantized_linears(qmodel)
-    save_dynamic_int8(qmodel, tokenizer, out_dir, "pytorch-dynamic", {"config": asdict(cfg)})
+    save_dynamic_int8(qmodel, tokenizer, out_dir, "pytorch-dynamic", {"config": asdict(cfg)}, parent=src)
     return {"source": str(src), "library": LIBRARY, "quantized_modules": len(names),
             "float_linears": [n for n, m in qmodel.named_modules()
                               if isinstance(m, torch.nn.Linear) and n not in names],

@@ -13,9 +13,19 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_t
 MATRIX_ENGINES = {"amx_bf16": "AMX-BF16", "amx_int8": "AMX-INT8", "avx512_bf16": "AVX512-BF16",
                   "avx512_vnni": "AVX512-VNNI", "avx_vnni": "AVX-VNNI"}
 
-LIBRARIES = ("torch", "transformers", "tokenizers", "onnx", "onnxruntime", "onnxruntime-gpu",
-             "openvino", "nncf", "optimum", "optimum-onnx", "optimum-intel", "neural-compressor-pt",
-             "torchao", "tensorrt", "numpy", "dvc")
+# What every run uses whatever it builds; each backend adds its own (its descriptor's
+# `libraries`, compress.backends.registry), so a new backend's libraries are recorded too.
+CORE_LIBRARIES = ("torch", "transformers", "tokenizers", "numpy", "optimum", "optimum-onnx", "optimum-intel", "dvc")
+
+
+def libraries(all_backends: bool = False) -> tuple[str, ...]:
+    """The distributions the environment table records: the core ones, then those of every
+    backend this process has loaded (a stage: the backends it built or ran with; so a
+    stage's table depends on no code it does not run). all_backends: every registered
+    backend's, importing each backend module (a few seconds), as `compress env` shows."""
+    from compress.backends import registry
+
+    return tuple(dict.fromkeys((*CORE_LIBRARIES, *registry.libraries(loaded_only=not all_backends))))
 
 
 def _cpu_flags() -> set[str]:
@@ -101,16 +111,17 @@ def versions(*dists: str) -> dict[str, str]:
     return out
 
 
-def library_versions() -> dict:
-    found = versions(*LIBRARIES)
-    return {"python": platform.python_version(), **{name: found.get(name) for name in LIBRARIES}}
+def library_versions(all_backends: bool = False) -> dict:
+    names = libraries(all_backends)
+    found = versions(*names)
+    return {"python": platform.python_version(), **{name: found.get(name) for name in names}}
 
 
-def environment(threads: int | None = None) -> dict:
+def environment(threads: int | None = None, all_backends: bool = False) -> dict:
     return {
         **cpu_info(),
         **{k: v for k, v in gpu_info().items() if k != "reason"},
         "os": f"{platform.system()} {platform.release()}",
         "threads": threads,
-        "libraries": library_versions(),
+        "libraries": library_versions(all_backends),
     }

@@ -25,7 +25,7 @@ from compress.core.config import check
 from compress.data.prepare import Prepared
 from compress.measure.harness import TARGETS, MeasureConfig, measure
 from compress.report.schema import CI_FIELDS, HEADLINE_LATENCY, HEADLINE_THROUGHPUT, Record, speedups
-from compress.backends.base import Artifact, artifact_dir
+from compress.backends.base import Artifact
 
 REFERENCE_NAME = "bert_base_reference"
 MAX_SEQ = 512  # BERT's position embeddings
@@ -81,20 +81,30 @@ class BenchmarkConfig:
                              dev_stream_repeats=self.dev_stream_repeats)
 
 
-def artifacts_from_reports(reports: list[dict], models_dir: Path, exclude: list[str] = ()) -> list[tuple]:
+def artifacts_from_reports(reports: list[dict], exclude: list[str] = ()) -> list[tuple]:
     """(Artifact, {target: stage record}) for every artifact the stage reports hold, in
-    pipeline order. The record says whether the stage could run it on that target."""
-    found: dict[str, tuple] = {}
+    pipeline order. The record says whether the stage could run it on that target, and
+    where its files are (`path`); an artifact no stage could run anywhere is never loaded.
+    Refused: a measured record without a path (a report from before paths were recorded)."""
+    found: dict[str, list] = {}
     for rep in reports:
         for r in rep["records"]:
             if r["artifact"] in exclude:
                 continue
-            if r["artifact"] not in found:
-                art = Artifact(r["artifact"], artifact_dir(r["artifact"], models_dir), r.get("format") or "pytorch",
-                               r.get("precision") or "fp32", r.get("parent"))
-                found[r["artifact"]] = (art, {})
-            found[r["artifact"]][1][r["target"]] = r
-    return list(found.values())
+            entry = found.setdefault(r["artifact"], [None, {}, r])
+            entry[1][r["target"]] = r
+            if r.get("path") and entry[0] is None:
+                entry[0] = Path(r["path"])
+            if r["status"] == "ok" and not r.get("path"):
+                raise ValueError(f"reports/{rep.get('stage')}.json: {r['artifact']}/{r['target']} records no path; "
+                                 "rerun that stage (`dvc repro`) so its records say where the artifact is")
+    out = []
+    for name, (path, records, first) in found.items():
+        # no path: no stage built it (an engine without TensorRT); it is never loaded
+        art = Artifact(name, path or Path(name), first.get("format") or "pytorch",
+                       first.get("precision") or "fp32", first.get("parent"))
+        out.append((art, records))
+    return out
 
 
 def _latency_only(record: dict) -> dict:
@@ -144,7 +154,7 @@ def benchmark(entries: list[tuple], prepared_root: str | Path, cfg: BenchmarkCon
                                                   art.format, art.precision).to_dict())
                     continue
                 (rec,) = measure(art, prepared_root, replace(mcfg, targets=[target]))
-                records.append(_latency_only(rec))
+                records.append(_latency_only(rec if art.name != REFERENCE_NAME else {**rec, "path": None}))
     details = {"points": mcfg.points, "reference": cfg.reference and REFERENCE_NAME,
                "reference_spec": cfg.reference}
     for ref_name in ("teacher", REFERENCE_NAME):

@@ -43,7 +43,9 @@ from compress.data.prepare import Prepared
 from compress.core.io import sha256_file
 from compress.measure.metrics import task_ci95, task_metrics
 from compress.report.schema import HEADLINE_LATENCY, HEADLINE_THROUGHPUT, LatencyPoint, Record
-from compress.backends.base import Artifact, cuda_unavailable, skip_reason
+from compress.backends import registry
+from compress.backends.base import Artifact, skip_reason
+from compress.backends.pytorch import cuda_unavailable
 
 TARGETS = ("cpu", "gpu")
 
@@ -290,7 +292,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         task=prepared.task.name, primary_metric=task.primary_metric, accuracy=metrics.get("accuracy"),
         f1=metrics.get("f1"), macro_f1=metrics.get("macro_f1"), metrics=dict(metrics), **intervals,
         token_accuracy=metrics.get("token_accuracy"), f1_per_type=details.get("f1_per_type"),
-        eval_rows=len(enc), parent=artifact.parent, agreement_with_parent=agreement,
+        eval_rows=len(enc), parent=artifact.parent, path=str(artifact.path), agreement_with_parent=agreement,
         size_mb=round(sum(f.stat().st_size for f in weights) / 2**20, 3),
         num_params=int(runner.num_params),
         peak_mem_mb=round(_rss_mb(), 1), baseline_mem_mb=round(base_mb, 1),
@@ -304,8 +306,9 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     return rec.with_headline(HEADLINE_LATENCY, HEADLINE_THROUGHPUT).to_dict(), predictions.tolist()
 
 
-def _child(args, queue) -> None:
+def _child(args, queue, plugins: list[str] = ()) -> None:
     try:
+        registry.load_plugins(plugins)  # a fresh interpreter: backends registered outside compress/
         queue.put(("ok", _measure_in_process(*args)))
     except BaseException as e:  # send the failure to the parent, which raises it
         queue.put(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
@@ -315,7 +318,8 @@ def _measure_isolated(artifact: Artifact, prepared_root: Path, target: str, cfg:
                       parent_predictions: list[int] | None = None) -> tuple[dict, list[int]]:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=((artifact, prepared_root, target, cfg, parent_predictions), queue))
+    proc = ctx.Process(target=_child, args=((artifact, prepared_root, target, cfg, parent_predictions), queue,
+                                            registry.plugin_modules()))
     proc.start()
     try:
         while True:  # a child that dies without reporting (killed, segfault) must not hang us
@@ -351,7 +355,7 @@ def measure(artifact: Artifact, prepared_root: str | Path, cfg: MeasureConfig,
         reason = skip_reason(artifact, target)
         if reason:
             records.append(Record.skipped(artifact.name, target, reason, artifact.format,
-                                          artifact.precision).to_dict())
+                                          artifact.precision, str(artifact.path)).to_dict())
             continue
         fn = _measure_isolated if cfg.isolate else _measure_in_process
         record, predictions = fn(artifact, prepared_root, target, cfg, parent_predictions)

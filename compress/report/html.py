@@ -14,8 +14,14 @@ import io
 from compress.report import comparison as C
 from compress.report.schema import CI_NOTE, METRIC_LABELS, _fmt, _pct_ci, has_interval, has_metric, metric_header, primary_metric
 
-FORMAT_COLORS = {"pytorch": "#1f77b4", "pytorch_int8": "#ff7f0e", "pytorch_inc": "#d62728",
-                 "onnx": "#2ca02c", "openvino": "#17becf", "tensorrt": "#9467bd"}
+
+
+def format_color(fmt: str | None) -> str:
+    """The format's colour from its backend's descriptor; grey for a format no backend
+    registered here (a plugin's report read without the plugin)."""
+    from compress.backends import registry
+
+    return registry.get(fmt).color if fmt and registry.known(fmt) else "#777"
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px auto;max-width:1280px;
@@ -76,7 +82,7 @@ def accuracy_latency_svg(comp: dict, target: str) -> str:
                                                       [100 * r[f"{metric}_ci95_high"] - y]],
                         fmt="none", ecolor="#999", elinewidth=.8, capsize=2, zorder=1)
         ax.scatter(r["latency_ms_p50"], 100 * r["score"], s=8 + 2.2 * (r["size_mb"] or 0),
-                   color=FORMAT_COLORS.get(r["format"], "#777"), alpha=.75,
+                   color=format_color(r["format"]), alpha=.75,
                    edgecolors="black" if r["artifact"] in front else "none", linewidths=1.2, zorder=3)
         # Names for the front and the teacher; the rest (often a dense cluster) by table row.
         named = r["artifact"] in front or r["artifact"] == C.TEACHER
@@ -93,9 +99,8 @@ def accuracy_latency_svg(comp: dict, target: str) -> str:
             ax.annotate(f"{r['artifact']} (random weights)", (r["latency_ms_p50"], 0.02),
                         xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="#666",
                         xytext=(-10, 0), textcoords="offset points")
-    for fmt, color in FORMAT_COLORS.items():
-        if any(r["format"] == fmt for r in scored):
-            ax.scatter([], [], color=color, label=fmt, s=30)
+    for fmt in dict.fromkeys(r["format"] for r in scored):  # a legend entry per format shown
+        ax.scatter([], [], color=format_color(fmt), label=fmt, s=30)
     ax.set_xscale("log")
     ax.set_xlabel(f"p50 latency, ms (batch 1, seq 128, {target}; log scale)")
     ax.set_ylabel(f"dev {metric_label}, %")
@@ -152,7 +157,7 @@ def _table(comp: dict, target: str) -> str:
     for i, x in enumerate(rows, 1):
         cls = "ref" if x["reference"] else ("front" if x["artifact"] in front else "")
         name = _e(x["artifact"]) + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] else " †")
-        chip = f'<span class="chip" style="background:{FORMAT_COLORS.get(x["format"], "#777")}"></span>'
+        chip = f'<span class="chip" style="background:{format_color(x["format"])}"></span>'
         cells = [f"<td>{i}</td>", f'<td class="l">{chip}{name}</td>', f'<td class="l">{_e(x["format"])}</td>',
                  f'<td class="l">{_e(x["precision"])}</td>', f"<td>{_fmt(x['size_mb'], 1)}</td>",
                  f"<td>{_fmt(x['num_params'])}</td>",

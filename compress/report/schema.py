@@ -93,6 +93,7 @@ class Record:
     macro_f1_ci95_high: float | None = None
     eval_rows: int | None = None
     parent: str | None = None  # the artifact this one was derived from
+    path: str | None = None  # the directory its files are in (its manifest.json says what they are)
     agreement_with_parent: float | None = None  # share of dev predictions (rows; words when tagging) equal to the parent's (CPU)
     latency_ms_p50: float | None = None
     latency_ms_p90: float | None = None
@@ -122,9 +123,9 @@ class Record:
 
     @classmethod
     def skipped(cls, artifact: str, target: str, reason: str, format: str | None = None,
-                precision: str | None = None) -> "Record":
+                precision: str | None = None, path: str | None = None) -> "Record":
         return cls(artifact=artifact, target=target, status="skipped", reason=reason,
-                   format=format, precision=precision)
+                   format=format, precision=precision, path=path)
 
     def with_headline(self, latency_point: tuple[int, int], throughput_point: tuple[int, int]) -> "Record":
         """Copy the headline figures out of `points` into the flat fields."""

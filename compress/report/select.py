@@ -23,7 +23,8 @@ artifact in one run; the choice's speed-ups over the teacher and the reference r
 (bert-base FP32) in `speedup_vs` divide figures of that one run. Nothing qualifying is a result, not an error: `chosen` is None and the
 reason says which rules eliminated everyone.
 
-`promote(selection, models_dir, out_dir)` copies the chosen artifact's directory to
+`promote(selection, environment, out_dir)` copies the chosen artifact's directory (its
+record's `path`) to
 `models/production/` with `artifact.json` (name, format, precision, sha256 of every file)
 and a model card.
 """
@@ -37,7 +38,7 @@ from pathlib import Path
 from compress.core.config import check
 from compress.core.io import atomic_dir, sha256_file
 from compress.report.schema import _pct_ci, has_interval, primary_metric
-from compress.backends.base import artifact_dir
+from compress.backends import registry
 
 TEACHER = "teacher"
 TARGETS = ("cpu", "gpu")
@@ -209,17 +210,7 @@ def model_card(selection: dict, environment: dict) -> str:
     r = selection["record"]
     p = selection["policy"]
     libs = ", ".join(f"{k} {v}" for k, v in environment.get("libraries", {}).items() if v)
-    load = {
-        "pytorch": "compress.training.models.load_saved(path)  # BertFor{Sequence,Token}Classification + tokenizer",
-        "pytorch_int8": "compress.backends.torchao.load_dynamic_int8(path)  # rebuilt from safetensors, no pickle",
-        "pytorch_inc": "compress.backends.inc_artifact.load_inc_int8(path)  # rebuilt and verified, no pickle",
-        "pytorch_cudagraph": "compress.backends.cudagraph.CudaGraphRunner(Artifact(name, path, 'pytorch_cudagraph', "
-                             "precision), 'gpu', threads)  # CUDA graphs replayed per query",
-        "onnx": "onnxruntime.InferenceSession(path + '/model.onnx')  # inputs input_ids, attention_mask, token_type_ids",
-        "openvino": "openvino.Core().compile_model(path + '/model.xml', 'CPU', "
-                    "{'INFERENCE_PRECISION_HINT': 'bf16' if bf16 else 'f32'})  # or compress.backends.openvino_runner.OpenVinoRunner",
-        "tensorrt": "compress.backends.tensorrt_runner.TrtRunner  # same TensorRT version and GPU as the build",
-    }.get(r["format"], "see README")
+    load = registry.get(r["format"]).usage
     # the floors the choice was held to: those the teacher has a value for (F1: pair tasks)
     floored = [m for m in p.get("floor_metrics", ["accuracy"]) if selection.get(f"teacher_{m}") is not None]
     kept = " and ".join(f"{FLOOR_METRICS[m]} {r[m] / selection[f'teacher_{m}']:.2%}"
@@ -268,7 +259,7 @@ def model_card(selection: dict, environment: dict) -> str:
     ])
 
 
-def promote(selection: dict, environment: dict, models_dir: str | Path, out_dir: str | Path) -> dict | None:
+def promote(selection: dict, environment: dict, out_dir: str | Path) -> dict | None:
     """Copy the chosen artifact to out_dir with artifact.json (hashes) and MODEL_CARD.md;
     returns the artifact.json content, or None (out_dir removed) when nothing was chosen."""
     out_dir = Path(out_dir)
@@ -277,13 +268,18 @@ def promote(selection: dict, environment: dict, models_dir: str | Path, out_dir:
             shutil.rmtree(out_dir)
         return None
     r = selection["record"]
-    src = artifact_dir(r["artifact"], Path(models_dir))
+    if not r.get("path"):
+        raise ValueError(f"the chosen record {r['artifact']}/{r['target']} says no path: rerun the stages that "
+                         "built it (`dvc repro`) so their records say where it is")
+    src = Path(r["path"])
     if not src.is_dir():
         raise FileNotFoundError(f"{src}: the chosen artifact '{r['artifact']}' is not on disk; run `dvc repro`")
     with atomic_dir(out_dir) as tmp:
         for f in src.iterdir():
             if f.is_file():
                 shutil.copy2(f, tmp / f.name)
+        # the copy runs as its record says (an OpenVINO IR as bf16, say), not as stored
+        registry.write_manifest(tmp, r["format"], r["precision"], parent=str(src), stage="select")
         meta = {"artifact": r["artifact"], "format": r["format"], "precision": r["precision"],
                 "target": r["target"], "task": r.get("task"), "sha256": file_hashes(tmp)}
         (tmp / "artifact.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

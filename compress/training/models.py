@@ -21,6 +21,7 @@ import torch
 from transformers import (AutoTokenizer, BertConfig, BertForSequenceClassification, BertForTokenClassification,
                           PreTrainedTokenizerBase)
 
+from compress.backends.registry import write_manifest
 from compress.core.io import atomic_dir
 from compress.core.errors import UserError
 
@@ -173,6 +174,7 @@ def save_classifier(model, tokenizer, out_dir: str | Path, label_names: list[str
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, "pytorch", "fp32")
 
 
 def save_trained(model, tokenizer, out_dir: str | Path, task) -> None:
