@@ -1,7 +1,6 @@
 """Stage `inc`: accuracy-aware INT8 of the student with Intel Neural Compressor's
 `autotune` (the task's primary dev metric as the objective: accuracy for SST-2 and MRPC,
 entity F1 for CoNLL-2003), measured beside the float student."""
-import random
 import time
 
 from compress.core.config import section
@@ -37,9 +36,7 @@ def main(params: dict) -> None:
         return task_metrics(task, dev, predict_logits(m, dev))[objective]
 
     # Calibration: a seeded sample of training rows (never dev), length-sorted batches.
-    train = prepared.split("train")
-    rows = random.Random(0).sample(range(len(train)), min(cfg.calibration_rows, len(train)))
-    calib = encode(tokenizer, [train[i] for i in rows], mcfg.eval_max_length)
+    calib = encode(tokenizer, prepared.calibration_rows(cfg.calibration_rows, seed=0), mcfg.eval_max_length)
     batches = [collate(calib, b) for b in eval_batches(calib.lengths(), 32)]
     try:
         qmodel, tuning = inc_autotune(model, dev_objective, batches, cfg, objective)

@@ -223,3 +223,24 @@ def test_hub_rows_are_validated(monkeypatch):
     with pytest.raises(DataError, match=r"hub:glue/sst2\[validation\] row 1: label id 5"):
         list(read_split(cfg, "dev", make_task(labels=("negative", "positive"))))
     assert calls == {"path": "nyu-mll/glue", "name": "sst2", "split": "validation", "revision": "abc123"}
+
+
+def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
+    """Prepared.calibration_rows: seeded, training rows only, every row when asked for more;
+    the OpenVINO slices are exactly its rows (calibration first, then validation)."""
+    from compress.backends.openvino_ir import OpenVinoConfig, training_slices
+    from compress.data.prepare import Prepared
+    from compress.data.tokens import encode
+    from conftest import tiny_model
+
+    prepared = Prepared.open(prepared_sst2)
+    train = prepared.split("train")
+    rows = prepared.calibration_rows(10, seed=3)
+    assert len(rows) == 10 and all(r in train for r in rows)
+    assert rows == prepared.calibration_rows(10, seed=3) and rows != prepared.calibration_rows(10, seed=4)
+    assert sorted(map(repr, prepared.calibration_rows(10_000, seed=0))) == sorted(map(repr, train))
+    _, tok = tiny_model()
+    calib, val, info = training_slices(prepared_sst2, tok, OpenVinoConfig(calibration_rows=6, validation_rows=4, seed=3))
+    expected = encode(tok, prepared.calibration_rows(10, seed=3), 128)
+    got = [c["input_ids"][0].tolist() for c in calib] + [v["inputs"]["input_ids"][0].tolist() for v in val]
+    assert got == [list(ids) for ids in expected.input_ids] and info["train_rows"] == len(train)

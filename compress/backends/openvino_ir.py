@@ -54,7 +54,6 @@ runner is unavailable unless OpenVINO lists a GPU device.
 """
 from __future__ import annotations
 
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -224,9 +223,9 @@ def quantize_embedding_tables(model) -> list[str]:
 
 def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -> tuple[list[dict], list[dict], dict]:
     """Calibration and validation rows, both from the training split (dev is what the
-    reports score, so it never shapes the quantization). A seeded permutation of the
-    training rows: the first `calibration_rows` calibrate, the next `validation_rows`
-    validate. A training split too small for both validates on the calibration rows (the
+    reports score, so it never shapes the quantization), drawn by the one calibration
+    sampler (`Prepared.calibration_rows`, `seed`): the first `calibration_rows` calibrate,
+    the next `validation_rows` validate. A training split too small for both validates on the calibration rows (the
     summary says so). Each row is one item (batch 1, its own length): NNCF collects
     statistics per item, and batch-1 items are the per-sample metric accuracy control ranks by.
 
@@ -236,17 +235,16 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     from compress.data.tokens import collate, encode
 
     prepared = Prepared.open(prepared_root)
-    train = prepared.split("train")
-    order = random.Random(cfg.seed).sample(range(len(train)), len(train))
-    calib = order[: cfg.calibration_rows]
-    val = order[cfg.calibration_rows: cfg.calibration_rows + cfg.validation_rows] or calib
-    enc = encode(tokenizer, [train[i] for i in calib + val], cfg.max_length)
+    rows = prepared.calibration_rows(cfg.calibration_rows + cfg.validation_rows, cfg.seed)
+    calib = rows[: cfg.calibration_rows]
+    val = rows[cfg.calibration_rows:] or calib
+    enc = encode(tokenizer, calib + val, cfg.max_length)
     items = [collate(enc, [j]) for j in range(len(enc))]
     calibration = items[: len(calib)]
     # gold: the row's label (1,), or a tagger's tag per piece (1, seq), IGNORE off the scored pieces
     validation = [{"inputs": items[k], "gold": enc.batch_labels([k], items[k]["input_ids"].shape[1]),
                    "task": prepared.task} for k in range(len(calib), len(calib) + len(val))]
-    info = {"split": "train", "train_rows": len(train), "calibration_rows": len(calib), "validation_rows": len(val),
+    info = {"split": "train", "train_rows": prepared.card["splits"]["train"]["rows"], "calibration_rows": len(calib), "validation_rows": len(val),
             "validation_overlaps_calibration": val is calib, "seed": cfg.seed}
     return calibration, validation, info
 

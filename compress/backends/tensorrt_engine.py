@@ -36,7 +36,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import random
 import shutil
 import sys
 import time
@@ -250,10 +249,9 @@ def training_batches(prepared_root: str | Path, onnx_path: str | Path, rows: int
     from compress.data.prepare import Prepared
     from compress.data.tokens import collate, encode, eval_batches
 
-    train = Prepared.open(prepared_root).split("train")
-    idx = random.Random(seed).sample(range(len(train)), min(rows, len(train)))
+    rows = Prepared.open(prepared_root).calibration_rows(rows, seed)
     tokenizer = load_tokenizer(resolve_onnx(onnx_path).parent)
-    enc = encode(tokenizer, [train[i] for i in idx], max_length)
+    enc = encode(tokenizer, rows, max_length)
     return [collate(enc, b) for b in eval_batches(enc.lengths(), batch_size)]
 
 

@@ -126,6 +126,14 @@ class Prepared:
     def sha256(self, name: str) -> str:
         return self.card["splits"][name]["sha256"]
 
+    def calibration_rows(self, rows: int, seed: int) -> list[Example | Sentence]:
+        """The one calibration sampler of every backend (INC, OpenVINO/NNCF, TensorRT INT8):
+        `rows` training rows (all of them when the split is smaller), a seeded sample
+        without replacement, in sampled order. Training rows only: what the reports score
+        (dev) never shapes a quantization."""
+        train = self.split("train")
+        return [train[i] for i in random.Random(seed).sample(range(len(train)), min(rows, len(train)))]
+
 
 def task_of_card(card: dict, where: str) -> Task:
     return Task.from_dict({"name": card.get("task"), "kind": card.get("kind"), "labels": card.get("labels"),
