@@ -1,4 +1,4 @@
-"""CUDA-graph replay of a PyTorch model (issue 15): the GPU runs a whole forward pass from
+"""CUDA-graph replay of a PyTorch model: the GPU runs a whole forward pass from
 one launch, so small batches time the GPU, not Python and per-kernel launches.
 
 Why captured graphs and not `torch.compile(mode="reduce-overhead")` (which also uses CUDA

@@ -4,8 +4,8 @@
 on the fused FP32 graph written by `export_onnx`: fused Attention becomes QAttention,
 MatMul becomes MatMulInteger (or DynamicQuantizeMatMul).
 
-Word embeddings (`quantize_embeddings`, `embedding_scheme`). The word-embedding table is
-two thirds of the 3x384 student; kept in FP32 the INT8 graph weighs ~50 MiB, INT8 ~17.5.
+Word embeddings (`quantize_embeddings`, `embedding_scheme`; sizes and row errors of each
+choice in docs/backends.md).
 - `per_row` (default): the table becomes INT8 rows with one fp32 scale per row
   (`compress.backends.torchao.quantize_rows`, symmetric). The fused EmbedLayerNormalization is
   replaced by what it computes, with the word rows looked up in INT8: Gather(int8 table,
@@ -17,8 +17,7 @@ two thirds of the 3x384 student; kept in FP32 the INT8 graph weighs ~50 MiB, INT
   graph gets the same INT8 Gather in place of its word-embedding Gather.
 - `per_tensor`: ONNX Runtime's own QEmbedLayerNormalization, which stores the word,
   position and segment tables and the LayerNorm gamma/beta as uint8 with one scale per
-  tensor. On the real MiniLM table that is 3.5% mean relative row error (max 14%)
-  against 0.73% (max 3.3%) per row, see `embedding_error`.
+  tensor, several times the per-row error (`embedding_error` measures both).
 `quantize_embeddings: false` keeps the table in FP32 (then keep_float may list
 `embeddings`, otherwise a contradiction).
 

@@ -1,8 +1,8 @@
 """The backend registry: one `Backend` descriptor per artifact format.
 
 Each backend module registers its descriptor when it is imported (`register(Backend(...))`
-at module level). Everything that used to know the formats by name iterates this registry
-instead: the runner lookup (`compress.backends.base.runner_class`), artifact recognition
+at module level). Everything that needs to know the formats asks this registry: the
+runner lookup (`compress.backends.base.runner_class`), artifact recognition
 (`recognise`, used by `compress predict`), the weight files a size is measured over, the
 model card's usage snippet (`compress.report.select`), the colour on the HTML page and the
 libraries whose versions the environment table records.

@@ -18,27 +18,15 @@ and their scales of the looked-up tokens and multiplies, so the table is never
 dequantized as a whole and stays 4x smaller in memory too. Why not torchao's own
 embedding quantization: both of torchao 0.18's INT8 weight tensors (`Int8Tensor`,
 `IntxUnpackedToInt8Tensor`) implement `embedding` by dequantizing the whole table on every
-call (11.7 M multiplies, 153 ms per lookup here), and their fast embedding kernels are ARM-only. Per-row
-INT8 keeps the real MiniLM table to 0.73% mean relative row error (max 3.3%); one scale
-for the whole table would be 4.7% (max 19%). `quantize_embeddings: false` keeps the table
+call, and their fast embedding kernels are ARM-only (docs/backends.md has the error and
+cost figures). `quantize_embeddings: false` keeps the table
 in FP32 (then `keep_float` may list `embeddings`, which is otherwise a contradiction).
 
-Speed (3x384 student, this 2-core AVX512-VNNI CPU without AMX, 1 thread, p50 at 1x128 /
-32x128): torchao's INT8 path is a chain of small eager ops (per-token scales, rounding,
-`torch._int_mm`, rescale), so eagerly it runs at 19.9 / 538 ms, between FP32 (24.2 / 670)
-and the fused torch.ao kernel it replaces (9.6 / 260). torch.compile brings it to the
-torch.ao speed (22.6 vs 21.5 ms at 1x128 in a loaded run) but compiles for 17-73 s on the
-first call and 40-113 s again when the batch size changes (13.7 min with torchao's
-recommended inductor settings), per process; the runner therefore runs eagerly. The INT8
-word embeddings cost nothing measurable (19.89 vs 19.88 ms).
-On a CPU without INT8 dot-product instructions (no AMX-INT8, AVX512-VNNI or AVX-VNNI, e.g.
-an AVX2-only EPYC) `torch._int_mm` runs a reference loop: 58 ms for a 128x384 @ 384x1536
-product that FP32 does in 1.3 ms there. The INT8 student then ran at 0.13x the FP32
-teacher's speed (SST-2 benchmark: 13 dev sentences/s vs 313 for the FP32 student), and
-measuring the two INT8 models took most of the 12.6-minute CoNLL quantize stage, for rows
-nobody would ship. As bf16 on CPUs without native bf16, the runner is then unavailable
-(`int8_unavailable`): the artifacts are still built and verified (probe logits), and their
-rows say `skipped` with the reason.
+The runner runs eagerly (torch.compile compiles for minutes per batch shape) and is
+unavailable on CPUs without INT8 dot-product instructions (no AMX-INT8, AVX512-VNNI or
+AVX-VNNI: `torch._int_mm` falls back to a reference loop there, `int8_unavailable`); the
+artifacts are then still built and verified (probe logits) and their rows say `skipped`.
+The measurements behind both choices are in docs/backends.md.
 
 Storage. torchao's tensor subclasses serialize only through pickle, which this project
 never loads. So an artifact stores plain tensors in safetensors and is rebuilt from them:
