@@ -46,6 +46,10 @@ def build(stage_reports: list[dict], bench: dict | None) -> dict:
         if ref:
             records += [_no_orphan_intervals(r) for r in bench["records"] if r["artifact"] == ref]
             comp["references"].append(ref)
+        base = bench.get("details", {}).get("baseline")
+        if base:  # the majority-class yardstick: metrics only
+            records += [r for r in bench["records"] if r["artifact"] == base]
+            comp["baselines"] = [base]
         comp["records"] = records
         comp["summary"] = summarize(records)
         comp["stages"].append(bench["stage"])
@@ -97,12 +101,13 @@ def table_rows(comp: dict, target: str) -> list[dict]:
     t_acc = teacher.get(metric) if teacher else None
     vs_teacher = comp.get("same_run_speedups", {}).get(f"vs_{TEACHER}", {})
     refs = comp.get("references", [])
+    baselines = comp.get("baselines", [])
     rows = []
     for r in _ok(comp["records"], target):
         acc = r.get(metric)
         rows.append({
             "artifact": r["artifact"], "format": r.get("format"), "precision": r.get("precision"),
-            "reference": r["artifact"] in refs,
+            "reference": r["artifact"] in refs, "baseline": r["artifact"] in baselines,
             "size_mb": r.get("size_mb"), "num_params": r.get("num_params"), "accuracy": r.get("accuracy"),
             "f1": r.get("f1"), "macro_f1": r.get("macro_f1"), "token_accuracy": r.get("token_accuracy"), "f1_per_type": r.get("f1_per_type"),
             **{f: r.get(f) for f in CI_FIELDS},
@@ -117,7 +122,8 @@ def table_rows(comp: dict, target: str) -> list[dict]:
             "same_run": f"{r['artifact']}/{target}" not in comp.get("latency_from_stage", []),
             "artifact_sha256": r.get("artifact_sha256"), "stage": r.get("stage"),
         })
-    rows.sort(key=lambda x: (x["reference"], x["latency_ms_p50"] is None, x["latency_ms_p50"] or 0))
+    rows.sort(key=lambda x: (x["reference"] or x["baseline"], x["baseline"], x["latency_ms_p50"] is None,
+                             x["latency_ms_p50"] or 0))
     return rows
 
 
@@ -176,7 +182,8 @@ def target_table_markdown(comp: dict, target: str) -> str:
             "| peak RSS MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for x in rows:
-        name = x["artifact"] + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] else " †")
+        name = x["artifact"] + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] or x["baseline"]
+                                                                           else " †")
         acc = "n/a (random weights)" if x["reference"] else _pct_ci(x, metric)
         lines.append("| " + " | ".join([
             name, _fmt(x["format"]), _fmt(x["precision"]), _fmt(x["size_mb"], 1), _fmt(x["num_params"]), acc,

@@ -3,6 +3,7 @@
 `select(comparison, policy)` keeps the records of `policy.target` and rejects, with the
 rule each one failed:
 
+- `baseline`: the majority-class yardstick (compress.measure.baseline), never a candidate;
 - `not_measured`: the record is not `ok` on that target (skipped or failed, reason quoted);
 - `no_accuracy`: no accuracy (random-weight references);
 - `accuracy_floor`, `f1_floor`: the metric / the teacher's (same target) below
@@ -90,6 +91,9 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
         name = r["artifact"]
         if name in policy.exclude:
             rejected.append({"artifact": name, "rule": "excluded", "detail": "listed in select.exclude"})
+        elif name in comparison.get("baselines", []):
+            rejected.append({"artifact": name, "rule": "baseline",
+                             "detail": "the majority-class yardstick, never a candidate"})
         elif r["status"] != "ok":
             rejected.append({"artifact": name, "rule": "not_measured", "detail": f"{r['status']}: {r['reason']}"})
         elif r.get(metric) is None:
