@@ -132,6 +132,7 @@ def production(tmp_path) -> Path:
     records = [{"artifact": name, "target": "cpu", "status": "ok", "reason": None, "stage": "test",
                 "backend": "pytorch-cpu", "format": "pytorch", "precision": "fp32", "task": "sst2",
                 "accuracy": 0.5, "f1": None, "parent": None, "latency_ms_p50": p50, "latency_ms_p99": p50,
+                "real_latency_ms_p50": p50 / 4, "real_latency_ms_p99": p50 / 2,
                 "throughput_seq_per_s": 100.0, "size_mb": 1.0, "num_params": 1000, "peak_mem_mb": 500.0,
                 "threads": 2, "path": str(tmp_path / "models" / name)}
                for name, p50 in (("teacher", 10.0), ("tiny", 1.0))]

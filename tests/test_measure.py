@@ -25,7 +25,8 @@ def test_cpu_record_has_every_field(tiny_model_dir, prepared_sst2):
                      "f1_per_type", "stage",
                      "latency_ms_p50", "latency_ms_p90",
                      "latency_ms_p99", "throughput_seq_per_s", "parent", "agreement_with_parent",
-                     "dev_stream_seq_per_s"}  # the benchmark stage asks for it (dev_stream_repeats)
+                     "dev_stream_seq_per_s",  # the benchmark stage asks for these (dev_stream_repeats,
+                     "real_latency_ms_p50", "real_latency_ms_p99"}  # real_length_rows)
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["eval_rows"] == 8
     assert 0.0 <= rec["accuracy_ci95_low"] <= rec["accuracy"] <= rec["accuracy_ci95_high"] <= 1.0
     assert rec["threads"] == 2 and rec["num_params"] > 1_000_000 and rec["size_mb"] > 1
@@ -367,3 +368,31 @@ def test_bootstrap_memory_chunks_draw_the_same_resamples(monkeypatch):
     whole = metrics.bootstrap_ci(pred, labels, "f1", n_resamples=300)
     monkeypatch.setattr(metrics, "_CHUNK_INDICES", 500 * 7)  # 7 resamples per chunk
     assert metrics.bootstrap_ci(pred, labels, "f1", n_resamples=300) == whole
+
+
+def test_real_length_latency_runs_each_dev_text_unpadded_at_batch_1(tiny_model_dir, prepared_sst2):
+    """real_length_rows: one untimed pass, then one timed batch-1 query per dev row at its
+    own length (no padding); the record carries p50 <= p99 beside the padded points."""
+    from compress.data.prepare import Prepared
+    from compress.data.tokens import encode
+    from compress.measure.harness import real_length_latency
+    from compress.training.models import load_tokenizer
+
+    shapes = []
+
+    class Recording:
+        def __call__(self, batch):
+            shapes.append(batch["input_ids"].shape)
+            assert batch["attention_mask"].all()  # nothing padded
+            return np.zeros((1, 2), dtype=np.float32)
+
+        def synchronize(self):
+            pass
+
+    enc = encode(load_tokenizer(tiny_model_dir), Prepared.open(prepared_sst2).split("dev"), 128)
+    p50, p99 = real_length_latency(Recording(), enc, rows=5)
+    assert shapes == [(1, n) for n in enc.lengths()[:5]] * 2 and 0 <= p50 <= p99
+    cfg = MeasureConfig(targets=["cpu"], isolate=False, gpu_fp16=False, real_length_rows=6, **FAST)
+    (rec,) = measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg)
+    assert 0 < rec["real_latency_ms_p50"] <= rec["real_latency_ms_p99"]
+    assert [(p["batch_size"], p["seq_len"]) for p in rec["points"]] == [(1, 16), (4, 16)]  # the padded points stay

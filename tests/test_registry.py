@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, SST2_NAMES, make_task, tiny_model
 
 FAST = dict(points=[[1, 16], [1, 128], [32, 128]], warmup_queries=1, min_queries=3, min_duration_s=0.0,
-            max_duration_s=1.0)
+            max_duration_s=1.0, real_length_rows=8)
 
 
 def test_every_builtin_descriptor_is_complete_and_recognises_nothing_by_name():

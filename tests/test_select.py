@@ -19,6 +19,8 @@ def rec(name, acc, p50, size=10.0, target="cpu", status="ok", reason=None, fmt="
     return {"artifact": name, "target": target, "status": status, "reason": reason, "stage": "x",
             "backend": "b", "format": fmt, "precision": precision, "task": "sst2", "accuracy": acc, "f1": None,
             "parent": "student", "latency_ms_p50": p50, "latency_ms_p99": p50 and p50 * 1.5,
+            # real lengths are shorter than 128 tokens: the same order here, unless a test says
+            "real_latency_ms_p50": p50 and p50 * 0.4, "real_latency_ms_p99": p50 and p50 * 0.8,
             "throughput_seq_per_s": 100.0, "size_mb": size, "num_params": 1000, "peak_mem_mb": 500.0,
             "threads": 2}
 
@@ -198,7 +200,7 @@ def test_rank_by_dev_stream_throughput_picks_the_highest_real_length_throughput(
     assert sel["chosen"] == "int8"
     assert {"artifact": "smaller_int8", "rule": "not_measured",
             "detail": "no dev-split throughput at real lengths (rank_by dev_stream_throughput)"} in sel["rejected"]
-    with pytest.raises(ConfigError, match="rank_by must be one of p50_1x128, dev_stream_throughput"):
+    with pytest.raises(ConfigError, match="rank_by must be one of p50_real_length, p50_1x128, dev_stream_throughput"):
         build(SelectPolicy, {"rank_by": "p99"}, "select")
 
 
@@ -295,3 +297,19 @@ def test_selection_markdown_and_model_card_name_the_floors():
 def test_floor_params_are_checked(data, message):
     with pytest.raises(ConfigError, match=message):
         build(SelectPolicy, data, "select")
+
+
+def test_rank_by_real_length_p50_by_default_can_reverse_the_1x128_order():
+    """Real sentences are short: an artifact slower at 1x128 can be faster at their own
+    lengths (the pruned ONNX Runtime INT8 vs the OpenVINO BF16 IR on SST-2). The default
+    ranks by the real-length p50; p50_1x128 keeps the padded point."""
+    records = [dict(r) for r in COMPARISON["records"]]
+    small = next(r for r in records if r["artifact"] == "smaller_int8")
+    small["real_latency_ms_p50"], small["real_latency_ms_p99"] = 0.69, 1.2  # int8's is 1.6
+    comp = {**COMPARISON, "records": records}
+    sel = select(comp, SelectPolicy(exclude=["student_control"]))
+    assert sel["chosen"] == "smaller_int8" and "p50 0.69 ms, p99 1.20 ms at batch 1 over dev texts" in sel["reasons"][0]
+    assert select(comp, SelectPolicy(exclude=["student_control"], rank_by="p50_1x128"))["chosen"] == "int8"
+    del small["real_latency_ms_p50"]
+    sel = select(comp, SelectPolicy(exclude=["student_control"]))
+    assert {r["artifact"]: r["rule"] for r in sel["rejected"]}["smaller_int8"] == "not_measured"

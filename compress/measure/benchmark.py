@@ -11,7 +11,10 @@ harness (`measure`, one child process per artifact and target), over
 
 which include the headline points (1x128 latency, 32x128 throughput), and real-length
 throughput: the whole dev split classified as `compress predict` does it (length-sorted
-batches of 32 padded to the longest row of each), `dev_stream_seq_per_s`. Accuracy is not
+batches of 32 padded to the longest row of each), `dev_stream_seq_per_s`, and real-length
+latency: batch-1 queries over `real_length_rows` dev texts at their own lengths
+(`real_latency_ms_p50`/`_p99`). Beside them, the majority-class baseline
+(compress.measure.baseline). Accuracy is not
 re-measured here (a few rows run only to warm the runner up); it belongs to the stage
 that built each artifact, and `comparison` joins the two.
 """
@@ -47,10 +50,12 @@ class BenchmarkConfig:
     min_duration_s: float = 1.0
     max_duration_s: float = 8.0
     dev_stream_repeats: int = 3  # timed passes over the whole dev split (median); 0: no real-length figure
+    real_length_rows: int = 256  # batch-1 queries over dev rows at their own lengths (p50, p99); 0: none
     threads: int = 2
 
     def __post_init__(self):
         check(self.dev_stream_repeats >= 0, f"dev_stream_repeats must be >= 0, got {self.dev_stream_repeats}")
+        check(self.real_length_rows >= 0, f"real_length_rows must be >= 0, got {self.real_length_rows}")
         check(len(self.targets) > 0 and all(t in TARGETS for t in self.targets),
               f"targets must be a non-empty list of {', '.join(TARGETS)}, got {self.targets}")
         check(all(2 <= s <= MAX_SEQ for s in self.seq_lens),
@@ -78,7 +83,7 @@ class BenchmarkConfig:
                              eval_batch_size=32, warmup_queries=self.warmup_queries,
                              min_queries=self.min_queries, min_duration_s=self.min_duration_s,
                              max_duration_s=self.max_duration_s, threads=self.threads, gpu_fp16=False, gpu_cudagraph=[],
-                             dev_stream_repeats=self.dev_stream_repeats)
+                             dev_stream_repeats=self.dev_stream_repeats, real_length_rows=self.real_length_rows)
 
 
 def artifacts_from_reports(reports: list[dict], exclude: list[str] = ()) -> list[tuple]:

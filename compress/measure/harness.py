@@ -69,6 +69,7 @@ class MeasureConfig:
     gpu_cudagraph: list[str] = field(default_factory=lambda: ["fp16"])
     dev_stream_repeats: int = 0  # >0: timed passes of the whole dev split as `compress predict` runs it
     dev_stream_batch_size: int = 32
+    real_length_rows: int = 0  # >0: batch-1 latency over that many dev rows, each at its own length
 
     def __post_init__(self):
         check(len(self.targets) > 0, "targets must name at least one of " + ", ".join(TARGETS))
@@ -94,6 +95,7 @@ class MeasureConfig:
               f"got {self.gpu_cudagraph}")
         check(self.dev_stream_batch_size >= 1,
               f"dev_stream_batch_size must be >= 1, got {self.dev_stream_batch_size}")
+        check(self.real_length_rows >= 0, f"real_length_rows must be >= 0, got {self.real_length_rows}")
 
 
 def gpu_skip_reason() -> str | None:
@@ -231,6 +233,27 @@ def dev_stream_throughput(runner, task, examples: list, cfg: MeasureConfig) -> f
     return round(len(examples) / float(np.median(seconds)), 1)
 
 
+def real_length_latency(runner, enc, rows: int) -> tuple[float, float]:
+    """(p50, p99) ms of batch-1 queries over the first `rows` rows of `enc` (encoded dev
+    texts), each at its own length: no padding, as an interactive request arrives. One
+    untimed pass first (shape-specialising backends see each length once), then one timed
+    query per row; the model call only, as at the fixed points."""
+    from compress.data.tokens import collate
+
+    idx = list(range(min(rows, len(enc))))
+    for i in idx:
+        runner(collate(enc, [i]))
+    runner.synchronize()
+    ms = []
+    for i in idx:
+        batch = collate(enc, [i])  # (1, its own length)
+        t = time.perf_counter()
+        runner(batch)
+        runner.synchronize()
+        ms.append(1000 * (time.perf_counter() - t))
+    return round(float(np.percentile(ms, 50)), 4), round(float(np.percentile(ms, 99)), 4)
+
+
 def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig,
                         parent_predictions: list[int] | None = None) -> tuple[dict, list[int]]:
     """Measure one target in this process; returns a Record as a dict and the dev predictions."""
@@ -280,6 +303,10 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     # No total: each point runs until both min_queries and min_duration_s are reached.
     with tqdm(desc=f"{artifact.name}/{target} latency", unit="query", leave=False, mininterval=1.0) as bar:
         points = latency_points(runner, make_batch, cfg, target, bar, gpu_memory)
+    real = (None, None)
+    if cfg.real_length_rows:
+        real = real_length_latency(runner, encode(runner.tokenizer, prepared.split("dev"), cfg.eval_max_length),
+                                   cfg.real_length_rows)
     stream = None
     if cfg.dev_stream_repeats:
         full_dev = prepared.split("dev")  # always the whole split, whatever eval_max_rows says
@@ -297,7 +324,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         num_params=int(runner.num_params),
         peak_mem_mb=round(_rss_mb(), 1), baseline_mem_mb=round(base_mb, 1),
         peak_gpu_mem_mb=record_gpu_peak(accuracy_gpu_peak, points) if gpu_memory is not None else None,
-        dev_stream_seq_per_s=stream,
+        dev_stream_seq_per_s=stream, real_latency_ms_p50=real[0], real_latency_ms_p99=real[1],
         threads=torch.get_num_threads(),
         artifact_sha256=sha256_file(weights[0]),
         data_sha256=prepared.sha256("dev"),

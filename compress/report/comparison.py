@@ -24,7 +24,7 @@ from compress.report.schema import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LAT
 
 TEACHER = "teacher"
 LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_seq_per_s",
-                  "dev_stream_seq_per_s", "points")
+                  "dev_stream_seq_per_s", "real_latency_ms_p50", "real_latency_ms_p99", "points")
 
 
 def build(stage_reports: list[dict], bench: dict | None) -> dict:
@@ -117,6 +117,7 @@ def table_rows(comp: dict, target: str) -> list[dict]:
             "latency_ms_p50": r.get("latency_ms_p50"), "latency_ms_p90": r.get("latency_ms_p90"),
             "latency_ms_p99": r.get("latency_ms_p99"), "throughput_seq_per_s": r.get("throughput_seq_per_s"),
             "dev_stream_seq_per_s": r.get("dev_stream_seq_per_s"),
+            "real_latency_ms_p50": r.get("real_latency_ms_p50"), "real_latency_ms_p99": r.get("real_latency_ms_p99"),
             "speedup_vs_teacher": vs_teacher.get(r["artifact"], {}).get(target),
             "peak_mem_mb": r.get("peak_mem_mb"), "peak_gpu_mem_mb": r.get("peak_gpu_mem_mb"),
             "same_run": f"{r['artifact']}/{target}" not in comp.get("latency_from_stage", []),
@@ -169,6 +170,13 @@ def _x(v) -> str:
     return "–" if v is None else f"{v:.2f}×"
 
 
+def real_length_cell(x: dict) -> str:
+    """`p50 / p99` of batch-1 queries over dev texts at their own lengths, or – unmeasured."""
+    if x.get("real_latency_ms_p50") is None:
+        return "–"
+    return f"{_fmt(x['real_latency_ms_p50'])} / {_fmt(x['real_latency_ms_p99'])}"
+
+
 def target_table_markdown(comp: dict, target: str) -> str:
     rows = table_rows(comp, target)
     front = set(pareto_front(rows))
@@ -178,8 +186,8 @@ def target_table_markdown(comp: dict, target: str) -> str:
     extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(rows, m)]
     head = ("| artifact | format | precision | size MiB | params | " + metric_header(rows, metric, label)
             + " | Δ vs teacher (points) " + "".join("| " + metric_header(rows, m, METRIC_LABELS[m]) + " " for m in extra)
-            + "| p50 ms | p90 ms | p99 ms | throughput seq/s (32×128) | dev stream sent/s | speedup vs teacher "
-            "| peak RSS MiB |")
+            + "| p50 ms | p90 ms | p99 ms | real-length p50 / p99 ms | throughput seq/s (32×128) | dev stream sent/s "
+            "| speedup vs teacher | peak RSS MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for x in rows:
         name = x["artifact"] + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] or x["baseline"]
@@ -189,7 +197,7 @@ def target_table_markdown(comp: dict, target: str) -> str:
             name, _fmt(x["format"]), _fmt(x["precision"]), _fmt(x["size_mb"], 1), _fmt(x["num_params"]), acc,
             "–" if x["score_delta_pts"] is None else f"{x['score_delta_pts']:+.2f}",
             *[_pct_ci(x, m) for m in extra],
-            _fmt(x["latency_ms_p50"]), _fmt(x["latency_ms_p90"]), _fmt(x["latency_ms_p99"]),
+            _fmt(x["latency_ms_p50"]), _fmt(x["latency_ms_p90"]), _fmt(x["latency_ms_p99"]), real_length_cell(x),
             _fmt(x["throughput_seq_per_s"], 1), _fmt(x["dev_stream_seq_per_s"], 1), _x(x["speedup_vs_teacher"]),
             _fmt(x["peak_mem_mb"], 0),
         ]) + " |")

@@ -149,7 +149,8 @@ def _table(comp: dict, target: str) -> str:
     extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(rows, m)]
     head = ["#", "artifact", "format", "precision", "size MiB", "params", metric_header(rows, metric, label),
             "Δ vs teacher (points)", *[metric_header(rows, m, METRIC_LABELS[m]) for m in extra],
-            "p50 ms", "p90 ms", "p99 ms", "throughput seq/s (32×128)", "dev stream sent/s (real lengths)",
+            "p50 ms", "p90 ms", "p99 ms", "real-length p50 / p99 ms (batch 1)", "throughput seq/s (32×128)",
+            "dev stream sent/s (real lengths)",
             "speedup vs teacher", "peak RSS MiB"]
     if target == "gpu":
         head.append("peak GPU MiB")
@@ -165,7 +166,8 @@ def _table(comp: dict, target: str) -> str:
                  f"<td>{'–' if x['score_delta_pts'] is None else format(x['score_delta_pts'], '+.2f')}</td>",
                  *[f"<td>{_pct_ci(x, m)}</td>" for m in extra],
                  f"<td>{_fmt(x['latency_ms_p50'])}</td>", f"<td>{_fmt(x['latency_ms_p90'])}</td>",
-                 f"<td>{_fmt(x['latency_ms_p99'])}</td>", f"<td>{_fmt(x['throughput_seq_per_s'], 1)}</td>",
+                 f"<td>{_fmt(x['latency_ms_p99'])}</td>", f"<td>{C.real_length_cell(x)}</td>",
+                 f"<td>{_fmt(x['throughput_seq_per_s'], 1)}</td>",
                  f"<td>{_fmt(x['dev_stream_seq_per_s'], 1)}</td>",
                  f"<td>{C._x(x['speedup_vs_teacher'])}</td>", f"<td>{_fmt(x['peak_mem_mb'], 0)}</td>"]
         if target == "gpu":

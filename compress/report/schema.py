@@ -100,6 +100,9 @@ class Record:
     latency_ms_p99: float | None = None
     throughput_seq_per_s: float | None = None
     dev_stream_seq_per_s: float | None = None  # whole dev split as `compress predict` runs it
+    # batch 1 over dev texts at their own lengths (no padding): the interactive figure
+    real_latency_ms_p50: float | None = None
+    real_latency_ms_p99: float | None = None
     size_mb: float | None = None
     num_params: int | None = None
     peak_mem_mb: float | None = None
@@ -153,7 +156,7 @@ class Record:
 
 
 SUMMARY_FIELDS = ("status", "accuracy", "f1", "macro_f1", *CI_FIELDS, "agreement_with_parent", "latency_ms_p50", "latency_ms_p99",
-                  "throughput_seq_per_s", "dev_stream_seq_per_s",
+                  "throughput_seq_per_s", "dev_stream_seq_per_s", "real_latency_ms_p50", "real_latency_ms_p99",
                   "size_mb", "num_params", "peak_mem_mb", "peak_gpu_mem_mb")
 
 
