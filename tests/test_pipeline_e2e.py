@@ -93,6 +93,13 @@ def test_full_pipeline_repro_offline(tmp_path):
     assert {x.split("/")[0] for x in comparison["latency_from_stage"]} <= set(BENCH_EXCLUDE)
     page = (repo / "reports/comparison.html").read_text()
     assert page.count("<svg") == 3 and "student_pruned_onnx_int8" in page
+    # the majority-class yardstick on the targets measured, and artifacts found by path and manifest
+    base = [r for r in comparison["records"] if r["artifact"] == "majority_baseline"]
+    assert comparison["baselines"] == ["majority_baseline"] and [r["target"] for r in base] == ["cpu"]
+    assert ov_bench["real_latency_ms_p50"] <= ov_bench["real_latency_ms_p99"]
+    onnx_int8 = next(r for r in comparison["records"] if r["artifact"] == "student_onnx_int8" and r["target"] == "cpu")
+    assert onnx_int8["path"] == "models/student_onnx_int8"
+    assert json.loads((repo / onnx_int8["path"] / "manifest.json").read_text())["format"] == "onnx"
     seq_csv = (repo / "reports/plots/compare/latency_vs_seq_cpu.csv").read_text().splitlines()
     assert seq_csv[0].startswith("seq_len,bert_base_reference,teacher,") and len(seq_csv) == 3
 

@@ -160,13 +160,16 @@ def benchmark(entries: list[tuple], prepared_root: str | Path, cfg: BenchmarkCon
                     continue
                 (rec,) = measure(art, prepared_root, replace(mcfg, targets=[target]))
                 records.append(_latency_only(rec if art.name != REFERENCE_NAME else {**rec, "path": None}))
-    if entries:  # the yardstick: scored on the teacher's tokenization (the first entry), nothing runs
+    # the yardstick, on every target that has rows: scored on the teacher's tokenization (the
+    # first entry); nothing runs
+    measured = [t for t in cfg.targets if any(r["target"] == t and r["status"] == "ok" for r in records)]
+    if entries and measured:
         from compress.data.tokenizer import load_fast_tokenizer
         from compress.measure.baseline import BASELINE_NAME, baseline_records
 
-        records += baseline_records(prepared_root, load_fast_tokenizer(entries[0][0].path), cfg.targets)
+        records += baseline_records(prepared_root, load_fast_tokenizer(entries[0][0].path), measured)
     details = {"points": mcfg.points, "reference": cfg.reference and REFERENCE_NAME,
-               "reference_spec": cfg.reference, "baseline": BASELINE_NAME if entries else None}
+               "reference_spec": cfg.reference, "baseline": BASELINE_NAME if entries and measured else None}
     for ref_name in ("teacher", REFERENCE_NAME):
         ref_records = [r for r in records if r["artifact"] == ref_name]
         if ref_records:
