@@ -49,7 +49,7 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
         # benchmark measures each in a fresh process, most of a tiny run's time otherwise
         "benchmark": {"seq_lens": [16, 128], "batch_sizes": [1, 32], "reference": "random:tiny",
                       "warmup_queries": 1, "min_queries": 3, "min_duration_s": 0.0, "dev_stream_repeats": 1,
-                      "exclude": BENCH_EXCLUDE},
+                      "real_length_rows": 16, "exclude": BENCH_EXCLUDE},
     }
 
 

@@ -1,5 +1,6 @@
 """What every part of the peer check shares: its two errors, the install hint of the extra
-they name, and a JSON-friendly copy of a library's config values.
+they name, the verdict on interleaved latency rounds, and a JSON-friendly copy of a
+library's config values.
 
 Exit statuses: InputError -> 2 (a bad argument or input file), PeerBuildError -> 1 (Optimum's
 route could not be built). Neither is raised for what the numbers say: the check is a
@@ -16,6 +17,15 @@ class InputError(Exception):
 
 class PeerBuildError(Exception):
     """Optimum's route could not be built from --model. Exit status 1."""
+
+
+def speed_verdict(round_ratios: list[float], peer: str) -> str:
+    """How the per-round p50 ratios (peer / project: > 1, the project was faster) read."""
+    if min(round_ratios) >= 1.0:
+        return "project as fast or faster in every round"
+    if max(round_ratios) < 1.0:
+        return f"{peer} faster in every round"
+    return "mixed across rounds: the difference is within run-to-run noise"
 
 
 def plain(value):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import INSTALL_HINT, InputError, PeerBuildError, plain
+from .common import INSTALL_HINT, InputError, PeerBuildError, plain, speed_verdict
 from .graphs import Graph, dev_logits, interleaved_latency, model_size_mb, opset
 
 QUANT_PRESET = "avx512_vnni"
@@ -149,12 +149,7 @@ def run_onnx(args, prepared, dev, tokenizer, work_dir: Path, temporary: bool) ->
     ratio = latency["optimum"]["latency_ms_p50"] / latency["project"]["latency_ms_p50"]
     round_ratios = [round(o / p, 4) for o, p in zip(latency["optimum"]["round_p50_ms"],
                                                     latency["project"]["round_p50_ms"])]
-    if min(round_ratios) >= 1.0:
-        speed = "project as fast or faster in every round"
-    elif max(round_ratios) < 1.0:
-        speed = "optimum faster in every round"
-    else:
-        speed = "mixed across rounds: the difference is within run-to-run noise"
+    speed = speed_verdict(round_ratios, "optimum")
     acc = {name: metrics[name].get("accuracy") for name in ROUTES}
     labels = enc.labels
     return {

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import InputError, PeerBuildError
+from .common import InputError, PeerBuildError, speed_verdict
 from .openvino_build import build_optimum_intel, calibration_rows
 from .openvino_runtime import (OV_PEER_FORMAT, compiled_properties, default_runtime, find_compiled_model,
                                optimum_intel_default_precision, peer_ov_config, project_runtime, write_peer_runtime)
@@ -246,12 +246,7 @@ def run_openvino(args, prepared, tokenizer, work_dir: Path, temporary: bool) -> 
         pa, pb = np.asarray(predictions[proj]), np.asarray(predictions[peer_name])
         ratio = b["latency"]["latency_ms_p50"] / a["latency"]["latency_ms_p50"]
         round_ratios = [round(y / x, 4) for x, y in zip(a["latency"]["round_p50_ms"], b["latency"]["round_p50_ms"])]
-        if min(round_ratios) >= 1.0:
-            speed = "project as fast or faster in every round"
-        elif max(round_ratios) < 1.0:
-            speed = "optimum-intel faster in every round"
-        else:
-            speed = "mixed across rounds: the difference is within run-to-run noise"
+        speed = speed_verdict(round_ratios, "optimum-intel")
         acc = (a.get("accuracy"), b.get("accuracy"))
         entry.update(
             status="ok",
