@@ -16,7 +16,6 @@ Refused: optimum-intel / nncf / openvino not installed, an empty training split
 from __future__ import annotations
 
 import logging
-import random
 import shutil
 from pathlib import Path
 
@@ -52,17 +51,18 @@ class _LocalDirCheckFilter(logging.Filter):
 
 
 def calibration_rows(prepared, tokenizer, rows: int, max_length: int) -> list[dict[str, np.ndarray]]:
-    """`rows` TRAINING rows, the same seeded sample the project's INT8 IR calibrates on with
-    its defaults (the first rows of random.Random(0).sample of the split, as
-    compress.backends.openvino_ir.training_slices), each one item (1, max_length) padded to max_length
-    as optimum-intel's documented text-classification recipe does (padding="max_length")."""
+    """`rows` TRAINING rows drawn by the project's one calibration sampler
+    (Prepared.calibration_rows) with the OpenVINO stage's default seed, so on a large
+    training split they are the rows the project's INT8 IR calibrates on (random.sample's
+    draw there is the same prefix whatever the count), each one item (1, max_length) padded
+    to max_length as optimum-intel's documented text-classification recipe does
+    (padding="max_length")."""
     from compress.data.tokens import collate, encode
 
-    train = prepared.split("train")
+    train = prepared.calibration_rows(rows, OV_SEED)
     if not train:
         raise InputError("the training split is empty: nothing to calibrate optimum-intel's INT8 on")
-    idx = random.Random(OV_SEED).sample(range(len(train)), len(train))[:rows]
-    enc = encode(tokenizer, [train[i] for i in idx], max_length)
+    enc = encode(tokenizer, train, max_length)
     return [collate(enc, [j], pad_to=max_length) for j in range(len(enc))]
 
 

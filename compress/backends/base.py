@@ -27,7 +27,7 @@ from pathlib import Path
 from compress.backends import registry
 from compress.backends.registry import PRECISIONS
 
-__all__ = ["Artifact", "PRECISIONS", "runner_class", "skip_reason", "load_runner"]
+__all__ = ["Artifact", "PRECISIONS", "num_labels_of", "runner_class", "skip_reason", "load_runner"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,20 @@ class Artifact:
         if not files:
             raise FileNotFoundError(f"{self.path}: no model weights ({', '.join(globs)}) for format {self.format}")
         return files
+
+
+def num_labels_of(directory: str | Path) -> int:
+    """Classes (or tags) of the model an artifact directory's config.json describes: its
+    id2label entries (2 when it names none, as transformers' configs default); what the
+    runners of exported formats report without loading transformers."""
+    import json
+
+    cfg = Path(directory) / "config.json"
+    if not cfg.is_file():
+        from compress.core.errors import UserError
+
+        raise UserError(f"{cfg} not found: an exported artifact carries its model's config.json")
+    return len(json.loads(cfg.read_text(encoding="utf-8")).get("id2label") or {0: 0, 1: 1})
 
 
 def runner_class(artifact: Artifact, target: str):

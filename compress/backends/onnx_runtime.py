@@ -42,7 +42,6 @@ them as they are (the harness takes the scored positions, compress.data.tokens).
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
@@ -365,18 +364,11 @@ def ort_gpu_unavailable() -> str | None:
     return cuda_unavailable()
 
 
-def num_labels(directory: Path) -> int:
-    """Classes (or tags) of the model config.json describes: its id2label entries."""
-    cfg = directory / "config.json"
-    if not cfg.is_file():
-        raise UserError(f"{cfg} not found: an ONNX artifact carries its model's config.json")
-    return len(json.loads(cfg.read_text(encoding="utf-8")).get("id2label") or {0: 0, 1: 1})
-
-
 class OrtRunner:
     """ONNX Runtime: CPUExecutionProvider on cpu, CUDAExecutionProvider on gpu."""
 
     def __init__(self, artifact, target: str, threads: int):
+        from compress.backends.base import num_labels_of
         from compress.data.tokenizer import load_fast_tokenizer  # tokenizers only: no torch on this path
 
         path = Path(artifact.path) / "model.onnx"
@@ -392,7 +384,7 @@ class OrtRunner:
         self.backend = f"onnxruntime-{target}"
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.tokenizer = load_fast_tokenizer(artifact.path)
-        self.num_labels = num_labels(Path(artifact.path))
+        self.num_labels = num_labels_of(artifact.path)
         self.num_params = count_initializer_params(path)
 
     @staticmethod

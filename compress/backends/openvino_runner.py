@@ -86,10 +86,6 @@ def ir_precision(ir_dir: str | Path) -> str:
     return json.loads(meta.read_text(encoding="utf-8")).get("precision", "fp32") if meta.is_file() else "fp32"
 
 
-def _num_labels(ir_dir: Path) -> int:
-    return int(len(json.loads((ir_dir / "config.json").read_text(encoding="utf-8"))["id2label"]))
-
-
 def feed(request_inputs: list[str], batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(batch[k], dtype=np.int64) for k in request_inputs}
 
@@ -123,6 +119,7 @@ class OpenVinoRunner:
     def __init__(self, artifact, target: str, threads: int):
         import openvino as ov
 
+        from compress.backends.base import num_labels_of
         from compress.data.tokenizer import load_fast_tokenizer  # tokenizers only: no torch on this path
 
         path = Path(artifact.path)
@@ -147,7 +144,7 @@ class OpenVinoRunner:
         self.settings = settings
         self.backend = f"openvino-{target}-{settings['inference_precision']}"
         self.tokenizer = load_fast_tokenizer(path)
-        self.num_labels = _num_labels(path)
+        self.num_labels = num_labels_of(path)
         self.num_params = int(meta.get("num_params", 0))
 
     @staticmethod

@@ -194,10 +194,6 @@ def recognise(directory: str | Path) -> tuple[str, str]:
     return "pytorch", "fp32"
 
 
-def colors() -> dict[str, str]:
-    return {b.format: b.color for b in backends()}
-
-
 def libraries(loaded_only: bool = False) -> tuple[str, ...]:
     """The libraries of every backend (loaded_only: of those this process has imported, the
     ones a stage used), each once, in registry order."""

@@ -303,13 +303,14 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
     # No total: each point runs until both min_queries and min_duration_s are reached.
     with tqdm(desc=f"{artifact.name}/{target} latency", unit="query", leave=False, mininterval=1.0) as bar:
         points = latency_points(runner, make_batch, cfg, target, bar, gpu_memory)
+    # the real-length figures take the whole split, whatever eval_max_rows says
+    full_dev = prepared.split("dev") if cfg.real_length_rows or cfg.dev_stream_repeats else []
     real = (None, None)
     if cfg.real_length_rows:
-        real = real_length_latency(runner, encode(runner.tokenizer, prepared.split("dev"), cfg.eval_max_length),
-                                   cfg.real_length_rows)
+        real = real_length_latency(runner, encode(runner.tokenizer, full_dev[: cfg.real_length_rows],
+                                                  cfg.eval_max_length), cfg.real_length_rows)
     stream = None
     if cfg.dev_stream_repeats:
-        full_dev = prepared.split("dev")  # always the whole split, whatever eval_max_rows says
         stream = dev_stream_throughput(runner, prepared.task, full_dev, cfg)
 
     weights = artifact.weight_files()

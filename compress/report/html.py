@@ -156,7 +156,7 @@ def _table(comp: dict, target: str) -> str:
         head.append("peak GPU MiB")
     out = ['<div class="scroll"><table><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for i, x in enumerate(rows, 1):
-        cls = "ref" if x["reference"] or x.get("baseline") else ("front" if x["artifact"] in front else "")
+        cls = "ref" if x["reference"] or x["baseline"] else ("front" if x["artifact"] in front else "")
         name = _e(x["artifact"]) + (" ★" if x["artifact"] in front else "") + ("" if x["same_run"] else " †")
         chip = f'<span class="chip" style="background:{format_color(x["format"])}"></span>'
         cells = [f"<td>{i}</td>", f'<td class="l">{chip}{name}</td>', f'<td class="l">{_e(x["format"])}</td>',
