@@ -224,7 +224,10 @@ def test_queued_experiments_run_in_parallel_with_a_relative_source(tmp_path):
     write_tsv(data / "dev.tsv", ["sentence", "label"], SST2_ROWS)
     repo = copy_repo(tmp_path / "repo", {
         "prepare": {"source": "../shared/data/sst2"},
-        "teacher": {"model": "random:tiny", "train": {"epochs": 1.0, "batch_size": 16, "eval_every_steps": 0}},
+        # min_steps 0: the base recipe's floor (1,500 steps, for small real datasets) would
+        # train each experiment's teacher 750 epochs of these 32 rows
+        "teacher": {"model": "random:tiny", "train": {"epochs": 1.0, "min_steps": 0, "batch_size": 16,
+                                                     "eval_every_steps": 0}},
         "measure": TINY_MEASURE,
     })
     env = repo_env()
@@ -255,4 +258,5 @@ def test_queued_experiments_run_in_parallel_with_a_relative_source(tmp_path):
         lrs.add(data_["params"]["params.yaml"]["data"]["teacher"]["train"]["lr"])
         teacher = data_["metrics"]["reports/teacher.json"]["data"]
         accs.append(teacher["summary"]["teacher"]["cpu"]["accuracy"])
+        assert teacher["details"]["training"]["steps"] == 2  # one epoch of 32 rows at batch 16
     assert lrs == {1e-4, 3e-4} and all(0 <= a <= 1 for a in accs)
