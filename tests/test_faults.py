@@ -14,7 +14,7 @@ import yaml
 
 from e2e import copy_repo, dvc, env, tiny_params
 
-pytestmark = pytest.mark.slow  # two `dvc repro`s of the stages up to the export, one of the export alone
+pytestmark = pytest.mark.slow  # one `dvc repro` of the stages up to the export, two of the export alone
 
 STAGES_TO_EXPORT = ["prepare", "teacher", "teacher_logits", "distill", "prune", "export_onnx"]
 
@@ -104,8 +104,8 @@ def test_killed_stages_leave_nothing_valid_and_rerun_cleanly(tmp_path):
     assert later.returncode != 0  # a later stage refuses to start from the missing export
 
     # 4. The next repro reruns the export and succeeds; the stale temporaries are gone, and
-    #    the rerun export is byte for byte the first one (rerunning a CPU stage gives the same
-    #    output hashes; test_reliability trains twice for the same of the weights, and
+    #    the rerun export is byte for byte the first one (a rerun CPU stage gives the same
+    #    output hashes; test_reliability trains twice and compares the weights, and
     #    benchmarks/tiny_repro.py + lock_diff.py compare every stage's outputs between commits).
     dvc(repo, "repro", "export_onnx")
     assert (repo / "models" / "student_onnx" / "model.onnx").is_file() and _leftovers(repo) == []
