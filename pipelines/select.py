@@ -4,7 +4,7 @@ with the rule it failed, and promote the chosen artifact to models/production/."
 from compress.core.config import section
 from compress.core.io import atomic_write_json, atomic_write_text
 from compress.report.schema import read_report
-from compress.report.select import FLOOR_METRICS, SelectPolicy, promote, select
+from compress.report.select import FLOOR_METRICS, RANKINGS, SelectPolicy, promote, select
 
 from .common import MODELS, REPORTS, run
 
@@ -25,7 +25,7 @@ def render(sel: dict) -> str:
              + (f", size <= {p['max_size_mb']} MiB" if p["max_size_mb"] else "")
              + ("; the qualifying artifact with the highest dev-split throughput at real lengths wins "
                 "(rank_by dev_stream_throughput)." if p.get("rank_by") == "dev_stream_throughput"
-                else "; the fastest qualifying artifact (p50 at batch 1, seq 128) wins."), ""]
+                else f"; the fastest qualifying artifact ({RANKINGS[p.get('rank_by', 'p50_1x128')][2]}) wins."), ""]
     lines.append(f"**Chosen: `{sel['chosen']}`**" if sel["chosen"] else "**Nothing qualifies.**")
     lines += [""] + [f"- {r}" for r in sel["reasons"]]
     if sel.get("promoted"):
