@@ -1,6 +1,6 @@
 """GPU acceptance check: one command that validates the GPU side of an installation.
 
-    python benchmarks/gpu_check.py                       # writes reports/gpu_check.{json,md}
+    python benchmarks/gpu_check.py                       # writes reports/gpu/gpu_check.{json,md}
     python benchmarks/gpu_check.py --quick --no-tests    # fewer queries, skip the pytest part
 
 1. Is CUDA visible to torch (device name, CUDA and driver versions)?
@@ -9,9 +9,13 @@
 3. Latency at 1x16, 1x128, 1x512, 32x128 and 256x128 of the student, teacher and bert-base
    geometries, as eager FP32, eager FP16 and CUDA-graph FP16 (compress.backends.cudagraph), plus
    TensorRT and ONNX Runtime's CUDA provider where installed, else their skip reasons.
+   Each point records torch's CUDA peak (`peak_gpu_mem_mb`), reset before the point, so a
+   point that did not fit leaves nothing in the next one's figure.
    Trained models come from models/ when present, else random weights of the same
-   geometry (latency only). The CUDA-graph rows record their argmax agreement with eager
-   FP32 on the same inputs.
+   geometry (latency only). Every non-FP32 row records its argmax agreement with eager
+   FP32 on real dev sentences (`--dev`, a GLUE-style TSV with a `sentence` column; by
+   default the shared SST-2 dev split when it is there), padded to 128 tokens in batches
+   of 32; random token ids only when no dev file is found (the record says which).
 
 Runs from a plain checkout plus `pip install -e .` with a CUDA build of torch, without DVC
 outputs. On a machine without CUDA every row is `skipped` with the reason.
@@ -19,7 +23,9 @@ outputs. On a machine without CUDA every row is `skipped` with the reason.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -28,6 +34,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+SHARED_DATA = Path(os.environ.get("COMPRESS_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -37,6 +44,9 @@ POINTS = [(1, 16), (1, 128), (1, 512), (32, 128), (256, 128)]
 GEOMETRIES = {"student": ("student", (3, 384, 12, 1536)), "teacher": ("teacher", (6, 384, 12, 1536)),
               "bert-base": (None, (12, 768, 12, 3072))}
 VARIANTS = ("eager_fp32", "eager_fp16", "cudagraph_fp16", "tensorrt_fp16", "ort_cuda_fp32")
+# A published yardstick for the bert-base row, not measured here: NVIDIA's TensorRT FP16
+# BERT-base inference at batch 1, sequence 128 on an A100 (the figure issue 25 quotes).
+PUBLISHED_TRT_BERT_BASE_1X128_MS = {"gpu": "A100", "latency_ms": 0.64, "engine": "TensorRT FP16"}
 
 
 def cuda_facts() -> dict:
@@ -51,13 +61,24 @@ def cuda_facts() -> dict:
     return facts
 
 
-def run_gpu_tests() -> dict:
+def run_gpu_tests(timeout_s: float = 300) -> dict:
     files = ["tests/test_measure.py", "tests/test_tensorrt.py", "tests/test_cudagraph.py"]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", *files],
-                          cwd=REPO, capture_output=True, text=True)
+    # only the GPU-facing tests: the CPU ones are the suite's business, and need the CPU
+    # backends (OpenVINO, torchao) a GPU box may lack
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+           "-k", "gpu or cuda or cudagraph or tensorrt", *files]
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return {"files": files, "exit_code": None, "summary": f"timed out after {timeout_s:.0f} s",
+                "skips": [], "tail": out.splitlines()[-20:]}
     lines = proc.stdout.strip().splitlines()
-    return {"files": files, "exit_code": proc.returncode, "summary": lines[-1] if lines else "",
-            "skips": [ln for ln in lines if ln.startswith("SKIPPED")]}
+    failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))]
+    return {"files": files, "selection": "-k 'gpu or cuda or cudagraph or tensorrt'", "exit_code": proc.returncode,
+            "summary": lines[-1] if lines else proc.stderr.strip()[-300:],
+            "skips": [ln for ln in lines if ln.startswith("SKIPPED")], "failures": failed,
+            "tail": lines[-60:] if proc.returncode not in (0, 5) else []}
 
 
 def model_dir(name: str, geometry: tuple, tmp: Path) -> tuple[Path, str]:
@@ -97,6 +118,8 @@ def variant_runner(variant: str, path: Path, name: str):
         return TorchRunner(Artifact(name, path, precision="fp16"), "gpu", 1), None
     if variant == "cudagraph_fp16":
         return CudaGraphRunner(Artifact(name, path, precision="fp16"), "gpu", 1), None
+    if variant == "compile_fp16":
+        return CompiledRunner(TorchRunner(Artifact(name, path, precision="fp16"), "gpu", 1)), None
     if variant == "tensorrt_fp16":
         engine = REPO / "models" / "trt" / f"{name}-fp16"
         try:
@@ -123,102 +146,188 @@ def variant_runner(variant: str, path: Path, name: str):
     raise ValueError(variant)
 
 
+class CompiledRunner:
+    """torch.compile(mode="reduce-overhead") of an eager FP16 runner's model: inductor
+    kernels replayed from CUDA graphs, one compile per shape (dynamic=False). Measured
+    beside the project's own capture (`--compile`) to check cudagraph.py's choice."""
+
+    def __init__(self, eager):
+        self.eager, self.device = eager, eager.device
+        self.model = torch.compile(eager.model, mode="reduce-overhead", dynamic=False)
+
+    @torch.inference_mode()
+    def __call__(self, batch: dict[str, np.ndarray]) -> np.ndarray:
+        inputs = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
+        return self.model(**inputs).logits.float().cpu().numpy()
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+
 def measure_variant(runner, points, warmup: int, min_queries: int, min_s: float) -> list[dict]:
     from compress.measure.harness import _is_oom, latency_point, time_queries
 
     out = []
     for batch, seq in points:
+        # the peak is reset per point: a point that ran out of memory must not leave its
+        # failed allocations in the next point's figure
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
         try:
             times = time_queries(runner, make_batch(batch, seq), warmup, min_queries, min_s, 30.0,
                                  runner.synchronize)
             p = latency_point(times, batch, seq)
             out.append({"point": f"{batch}x{seq}", "status": "ok", "latency_ms_p50": p.latency_ms_p50,
-                        "latency_ms_p99": p.latency_ms_p99, "throughput_seq_per_s": p.throughput_seq_per_s})
+                        "latency_ms_p99": p.latency_ms_p99, "throughput_seq_per_s": p.throughput_seq_per_s,
+                        "peak_gpu_mem_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1)})
         except RuntimeError as e:
             if not _is_oom(e):
                 raise
             torch.cuda.empty_cache()
-            out.append({"point": f"{batch}x{seq}", "status": "does_not_fit", "reason": str(e).splitlines()[0]})
+            out.append({"point": f"{batch}x{seq}", "status": "does_not_fit", "reason": str(e).splitlines()[0],
+                        "peak_gpu_mem_mb": None})
     return out
 
 
-def agreement(runner, reference, rows: int = 256) -> float:
-    """Argmax agreement with eager FP32 on the same random-token batches (seq 128)."""
-    same = 0
-    for k in range(rows // 32):
-        b = make_batch(32, 128, seed=100 + k)
+def dev_sentences(path: Path | None) -> list[str]:
+    """The `sentence` column (else the first) of a GLUE-style TSV, read with quoting off
+    as the project's TSV reader does; [] when there is no file."""
+    if path is None or not path.is_file():
+        return []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    col = rows[0].index("sentence") if "sentence" in rows[0] else 0
+    return [r[col] for r in rows[1:] if len(r) > col and r[col].strip()]
+
+
+def agreement_batches(model_path: Path, sentences: list[str], rows: int = 256) -> tuple[list[dict], str]:
+    """Batches of 32 at seq 128 for the agreement check: the real sentences tokenized
+    by the model's own tokenizer (padded with mask 0), else random token ids."""
+    if not sentences:
+        return [make_batch(32, 128, seed=100 + k) for k in range(rows // 32)], f"{rows} random token rows"
+    from compress.training.models import load_tokenizer
+
+    tok = load_tokenizer(model_path)
+    out = []
+    for i in range(0, len(sentences), 32):
+        enc = tok(sentences[i:i + 32], padding="max_length", truncation=True, max_length=128, return_tensors="np")
+        out.append({k: enc[k].astype(np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")})
+    return out, f"{len(sentences)} dev sentences"
+
+
+def agreement(runner, reference, batches: list[dict]) -> float:
+    """Argmax agreement with eager FP32 on the same batches."""
+    same = total = 0
+    for b in batches:
         same += int((runner(b).argmax(-1) == reference(b).argmax(-1)).sum())
-    return round(same / rows, 4)
+        total += len(b["input_ids"])
+    return round(same / total, 4)
+
+
+def _cell(p: dict) -> str:
+    return f"{p['latency_ms_p50']} ms" if p["status"] == "ok" else "does not fit"
 
 
 def render(result: dict) -> str:
-    lines = ["# GPU check", "", f"CUDA: {json.dumps(result['cuda'])}", ""]
+    lines = ["# GPU check", "", f"Command: `{result.get('command', 'python benchmarks/gpu_check.py')}`", "",
+             f"CUDA: {json.dumps(result['cuda'])}", "", f"Agreement inputs: {result.get('agreement_inputs', '-')}", ""]
     if result.get("tests"):
         lines += [f"Suite GPU tests: {result['tests']['summary']}", ""]
-        lines += [f"- {s}" for s in result["tests"]["skips"]] + [""]
+        lines += [f"- {s}" for s in result["tests"]["skips"] + result["tests"].get("failures", [])] + [""]
     head = "| geometry | variant | " + " | ".join(f"p50 {b}x{s}" for b, s in POINTS) + \
-           " | seq/s 256x128 | agreement vs FP32 | note |"
-    lines += [head, "|" + "---|" * (len(POINTS) + 5)]
+           " | seq/s 256x128 | peak GPU MiB 1x128 / 256x128 | agreement vs FP32 | note |"
+    lines += [head, "|" + "---|" * (len(POINTS) + 6)]
     for row in result["rows"]:
         if row["status"] != "ok":
             lines.append(f"| {row['geometry']} | {row['variant']} | " + " | ".join("-" for _ in POINTS) +
-                         f" | - | - | skipped: {row['reason']} |")
+                         f" | - | - | - | skipped: {row['reason']} |")
             continue
         pts = {p["point"]: p for p in row["points"]}
-        cells = [f"{pts[f'{b}x{s}']['latency_ms_p50']} ms" if pts[f"{b}x{s}"]["status"] == "ok" else "does not fit"
-                 for b, s in POINTS]
-        big = pts.get("256x128", {})
-        lines.append(f"| {row['geometry']} | {row['variant']} | " + " | ".join(cells) +
-                     f" | {big.get('throughput_seq_per_s', '-')} | {row.get('agreement_vs_eager_fp32', '-')} "
+        big, one = pts.get("256x128", {}), pts.get("1x128", {})
+        mem = f"{one.get('peak_gpu_mem_mb', '-')} / {big.get('peak_gpu_mem_mb', '-')}"
+        lines.append(f"| {row['geometry']} | {row['variant']} | " +
+                     " | ".join(_cell(pts[f"{b}x{s}"]) for b, s in POINTS) +
+                     f" | {big.get('throughput_seq_per_s', '-')} | {mem} | {row.get('agreement_vs_eager_fp32', '-')} "
                      f"| {row['source']} |")
     if result.get("speedups"):
-        lines += ["", "CUDA-graph FP16 vs eager FP32 at 1x128 (same run): " +
+        lines += ["", "CUDA-graph FP16 vs eager FP32 at 1x128 p50 (same run): " +
                   ", ".join(f"{k} {v}x" for k, v in result["speedups"].items())]
+    ref = result.get("published_reference")
+    if ref:
+        lines += ["", f"bert-base CUDA-graph FP16 at 1x128: {ref['measured_ms']} ms here (PyTorch, {ref['here']}); "
+                  f"published {ref['engine']} bert-base figure on an {ref['gpu']}: {ref['latency_ms']} ms "
+                  "(not measured here: a yardstick from another GPU and engine)."]
     return "\n".join(lines) + "\n"
+
+
+def measure_geometry(geom: str, result: dict, tmp: Path, timing: tuple, sentences: list[str],
+                     variants=VARIANTS) -> None:
+    """Every variant of one geometry into result['rows'] (skipped rows with their reason)."""
+    path = source = reference = batches = None
+    for variant in variants:
+        row = {"geometry": geom, "variant": variant}
+        if not result["cuda"]["usable"]:
+            result["rows"].append({**row, "status": "skipped", "reason": result["cuda"]["reason"]})
+            continue
+        if path is None:
+            path, source = model_dir(geom, GEOMETRIES[geom], tmp)
+            reference = variant_runner("eager_fp32", path, geom)[0]
+            batches, result["agreement_inputs"] = agreement_batches(path, sentences)
+        runner, why = variant_runner(variant, path, geom)
+        if runner is None:
+            result["rows"].append({**row, "status": "skipped", "reason": why})
+            continue
+        t0 = time.perf_counter()
+        row.update(status="ok", source=source, points=measure_variant(runner, POINTS, *timing))
+        if variant != "eager_fp32":
+            row["agreement_vs_eager_fp32"] = agreement(runner, reference, batches)
+        row["wall_s"] = round(time.perf_counter() - t0, 1)
+        result["rows"].append(row)
+        print(f"{geom} {variant}: " + ", ".join(
+            f"{p['point']} {p.get('latency_ms_p50', p['status'])}" for p in row["points"]), flush=True)
+        del runner
+        torch.cuda.empty_cache()
+
+
+def p50_at(result: dict, geom: str, variant: str, point: str = "1x128") -> float | None:
+    for r in result["rows"]:
+        if r["geometry"] == geom and r["variant"] == variant and r["status"] == "ok":
+            p = next((p for p in r["points"] if p["point"] == point), None)
+            return p["latency_ms_p50"] if p and p["status"] == "ok" else None
+    return None
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(REPO / "reports" / "gpu_check"), help="writes OUT.json and OUT.md")
+    ap.add_argument("--out", default=str(REPO / "reports" / "gpu" / "gpu_check"), help="writes OUT.json and OUT.md")
     ap.add_argument("--geometries", nargs="+", default=list(GEOMETRIES), choices=list(GEOMETRIES))
+    ap.add_argument("--dev", type=Path, default=SHARED_DATA / "sst2" / "dev.tsv",
+                    help="GLUE-style TSV whose sentences the agreement check runs on (default: shared SST-2 dev)")
     ap.add_argument("--quick", action="store_true", help="fewer queries per point")
     ap.add_argument("--no-tests", action="store_true", help="skip running the suite's GPU tests")
+    ap.add_argument("--compile", action="store_true",
+                    help="also torch.compile(mode='reduce-overhead') FP16 of the student (a compile per shape)")
     args = ap.parse_args(argv)
-    warmup, min_q, min_s = (3, 10, 0.2) if args.quick else (10, 50, 1.0)
-    result = {"cuda": cuda_facts(), "points": [f"{b}x{s}" for b, s in POINTS], "rows": [], "speedups": {}}
+    timing = (3, 10, 0.2) if args.quick else (10, 50, 1.0)
+    import transformers
+
+    result = {"command": "python benchmarks/gpu_check.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "cuda": cuda_facts(), "libraries": {"torch": torch.__version__, "transformers": transformers.__version__},
+              "points": [f"{b}x{s}" for b, s in POINTS], "rows": [], "speedups": {}}
     if not args.no_tests:
         result["tests"] = run_gpu_tests()
+    sentences = dev_sentences(args.dev)
     with tempfile.TemporaryDirectory() as tmp:
         for geom in args.geometries:
-            path = source = None
-            for variant in VARIANTS:
-                row = {"geometry": geom, "variant": variant}
-                if not result["cuda"]["usable"]:
-                    result["rows"].append({**row, "status": "skipped", "reason": result["cuda"]["reason"]})
-                    continue
-                if path is None:
-                    path, source = model_dir(geom, GEOMETRIES[geom], Path(tmp))
-                    reference = variant_runner("eager_fp32", path, geom)[0]
-                runner, why = variant_runner(variant, path, geom)
-                if runner is None:
-                    result["rows"].append({**row, "status": "skipped", "reason": why})
-                    continue
-                t0 = time.perf_counter()
-                row.update(status="ok", source=source, points=measure_variant(runner, POINTS, warmup, min_q, min_s))
-                if variant != "eager_fp32":
-                    row["agreement_vs_eager_fp32"] = agreement(runner, reference)
-                row["wall_s"] = round(time.perf_counter() - t0, 1)
-                result["rows"].append(row)
-                print(f"{geom} {variant}: " + ", ".join(
-                    f"{p['point']} {p.get('latency_ms_p50', p['status'])}" for p in row["points"]), flush=True)
-                del runner
-                torch.cuda.empty_cache()
-            by = {r["variant"]: r for r in result["rows"] if r["geometry"] == geom and r["status"] == "ok"}
-            if "eager_fp32" in by and "cudagraph_fp16" in by:
-                p50 = {v: next(p for p in by[v]["points"] if p["point"] == "1x128") for v in ("eager_fp32", "cudagraph_fp16")}
-                if all(p["status"] == "ok" for p in p50.values()):
-                    result["speedups"][geom] = round(p50["eager_fp32"]["latency_ms_p50"] /
-                                                     p50["cudagraph_fp16"]["latency_ms_p50"], 2)
+            extra = ("compile_fp16",) if args.compile and geom == "student" else ()
+            measure_geometry(geom, result, Path(tmp), timing, sentences, VARIANTS + extra)
+            eager, graph = p50_at(result, geom, "eager_fp32"), p50_at(result, geom, "cudagraph_fp16")
+            if eager and graph:
+                result["speedups"][geom] = round(eager / graph, 2)
+    graph_bb = p50_at(result, "bert-base", "cudagraph_fp16")
+    if graph_bb is not None:
+        result["published_reference"] = {**PUBLISHED_TRT_BERT_BASE_1X128_MS, "measured_ms": graph_bb,
+                                          "here": result["cuda"].get("device", "?")}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

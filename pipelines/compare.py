@@ -4,19 +4,24 @@ CSV files behind dvc.yaml's comparison plots.
 
     python -m pipelines.compare reports/benchmark.json reports/teacher.json ...
 
-The first report is the benchmark; the others are stage reports in pipeline order."""
+The first report is the benchmark; the others are stage reports in pipeline order. The GPU
+check's committed result (reports/gpu/gpu_check.json, from benchmarks/gpu_check.py), when
+there is one, is shown as a table of its own."""
 import sys
 from pathlib import Path
 
 import yaml
 
-from compress.report import comparison
+from compress.report import comparison, gpu_check
 from compress.report.html import render_html
 from compress.core.io import atomic_write_json, atomic_write_text
 from compress.report.schema import read_report
 
 from .common import PLOTS, REPORTS, run
 
+
+
+GPU_CHECK = REPORTS / "gpu" / "gpu_check.json"
 
 
 def plotted_columns(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
@@ -34,6 +39,9 @@ def plotted_columns(dvc_yaml: str | Path = "dvc.yaml") -> list[str]:
 
 def main(params: dict, bench_path: str, report_paths: list[str]) -> None:
     comp = comparison.build([read_report(p) for p in report_paths], read_report(bench_path))
+    checked = gpu_check.load(GPU_CHECK)
+    if checked is not None:
+        comp["gpu_check"] = gpu_check.summary(checked, str(GPU_CHECK))
     atomic_write_json(REPORTS / "comparison.json", comp)
     atomic_write_text(REPORTS / "comparison.md", comparison.render_markdown(comp))
     atomic_write_text(REPORTS / "comparison.html", render_html(comp))

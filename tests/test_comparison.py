@@ -245,3 +245,31 @@ def test_single_sentence_tasks_get_no_f1_column():
     assert "| 88.99% [86.9–91.0] | -0.57 |" in md
     page = render_html(comp)
     assert ">F1" not in page and "<th>accuracy [95% CI]</th>" in page
+
+
+def test_gpu_check_result_is_its_own_table_on_both_renderings(tmp_path):
+    """The committed H200 run of benchmarks/gpu_check.py is drawn as a separate table
+    (measured rows with their p50s, peak memory and agreement; skipped rows with their
+    reason), and a file that is not a check result is refused by name."""
+    from compress.core.errors import DataError
+    from compress.report import gpu_check
+
+    committed = REPO / "reports" / "gpu" / "gpu_check.json"
+    result = gpu_check.load(committed)
+    comp = {**C.build([], None), "gpu_check": gpu_check.summary(result, "reports/gpu/gpu_check.json")}
+    md, page = C.render_markdown(comp), render_html(comp)
+    measured = [r for r in result["rows"] if r["status"] == "ok"]
+    assert measured, "the committed check measured rows on a GPU"
+    for r in measured:
+        p50 = next(p["latency_ms_p50"] for p in r["points"] if p["point"] == "1x128")
+        assert f"| {r['geometry']} | {r['variant']} |" in md and f"{p50:.3f}" in md and f"{p50:.3f}" in page
+    skipped = [r for r in result["rows"] if r["status"] != "ok"]
+    assert all(f"skipped: {r['reason']}" in md for r in skipped)
+    assert "## GPU check (separate run)" in md and "<h2>GPU check (separate run)</h2>" in page
+    assert result["cuda"]["device"] in md
+    assert "GPU check" not in C.render_markdown(C.build([], None))  # no result, no section
+    assert gpu_check.load(tmp_path / "absent.json") is None
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"records": []}')
+    with pytest.raises(DataError, match="bad.json: not a GPU check result"):
+        gpu_check.load(bad)

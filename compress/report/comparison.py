@@ -19,6 +19,7 @@ import io
 from pathlib import Path
 
 from compress.core.io import atomic_write_text, replace_block
+from compress.report import gpu_check
 from compress.report.schema import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LATENCY, METRIC_LABELS, _fmt, _pct_ci, build_comparison,
                      environment_lines, has_interval, has_metric, metric_header, primary_metric, summarize)
 
@@ -244,6 +245,7 @@ def render_markdown(comp: dict) -> str:
     missing = not_measured_lines(comp)
     if missing:
         parts += ["## Not measured", "", *missing, ""]
+    parts += gpu_check.markdown_section(comp)
     parts += ["## Environment", "", environment_lines(comp.get("environment", {})), ""]
     return "\n".join(parts)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import io
 
-from compress.report import comparison as C
+from compress.report import comparison as C, gpu_check
 from compress.report.schema import CI_NOTE, METRIC_LABELS, _fmt, _pct_ci, has_interval, has_metric, metric_header, primary_metric
 
 
@@ -237,6 +237,7 @@ def render_html(comp: dict) -> str:
         parts += [f'<tr><td class="l">{_e(r["artifact"])}</td><td class="l">{_e(r["target"])}</td>'
                   f'<td class="l">{_e(r["status"])}</td><td class="l">{_e(r["reason"])}</td></tr>' for r in missing]
         parts.append("</table>")
+    parts += gpu_check.html_section(comp, _e)
     parts += ["<h2>Environment</h2>", _environment(comp.get("environment", {})),
               "<h2>What each number belongs to</h2>", _hashes(comp), "</body></html>", ""]
     return "\n".join(parts)
