@@ -111,13 +111,44 @@ def tiny_model_dir(tmp_path) -> Path:
     return out
 
 
+def add_validation(root: Path, rows: slice = slice(None)) -> Path:
+    """Give a prepared directory a validation split as prepare writes it (validation.jsonl,
+    the card's splits.validation with its sha256), a copy of dev's `rows`; a directory that
+    already has one (prepare wrote it) is left as it is. Returns root."""
+    import json
+
+    from compress.core.io import sha256_file
+
+    card = json.loads((root / "card.json").read_text(encoding="utf-8"))
+    if "validation" in card["splits"]:
+        return root
+    lines = (root / "dev.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[rows]
+    (root / "validation.jsonl").write_text("".join(lines), encoding="utf-8")
+    card["splits"]["validation"] = {"rows": len(lines), "sha256": sha256_file(root / "validation.jsonl")}
+    (root / "card.json").write_text(json.dumps(card, indent=2), encoding="utf-8")
+    return root
+
+
+def drop_validation(root: Path) -> Path:
+    """The directory as data prepared before the validation split existed: no split, no card entry."""
+    import json
+
+    card = json.loads((root / "card.json").read_text(encoding="utf-8"))
+    card["splits"].pop("validation", None)
+    card.pop("validation_carved", None)
+    (root / "card.json").write_text(json.dumps(card, indent=2), encoding="utf-8")
+    (root / "validation.jsonl").unlink(missing_ok=True)
+    return root
+
+
 @pytest.fixture
 def prepared_sst2(tmp_path, sst2_dir) -> Path:
+    """Prepared SST-2-format data with train, dev and validation splits."""
     from compress.data.prepare import prepare
 
     out = tmp_path / "prepared"
     prepare(preset("sst2", str(sst2_dir)), out)
-    return out
+    return add_validation(out, slice(2, 8))  # six of dev's rows, when prepare wrote no validation split
 
 
 @pytest.fixture
