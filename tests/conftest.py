@@ -162,7 +162,8 @@ def production(tmp_path) -> Path:
     env = {"cpu_model": "test CPU", "libraries": {}}
     records = [{"artifact": name, "target": "cpu", "status": "ok", "reason": None, "stage": "test",
                 "backend": "pytorch-cpu", "format": "pytorch", "precision": "fp32", "task": "sst2",
-                "accuracy": 0.5, "f1": None, "parent": None, "latency_ms_p50": p50, "latency_ms_p99": p50,
+                "accuracy": 0.5, "f1": None, "validation_metrics": {"accuracy": 0.5}, "validation_rows": 8,
+                "parent": None, "latency_ms_p50": p50, "latency_ms_p99": p50,
                 "real_latency_ms_p50": p50 / 4, "real_latency_ms_p99": p50 / 2,
                 "throughput_seq_per_s": 100.0, "size_mb": 1.0, "num_params": 1000, "peak_mem_mb": 500.0,
                 "threads": 2, "path": str(tmp_path / "models" / name)}

@@ -64,7 +64,8 @@ def test_baseline_is_shown_last_and_never_selected(prepared_sst2):
 
     _, tok = tiny_model()
     teacher = {"artifact": "teacher", "target": "cpu", "status": "ok", "reason": None, "format": "pytorch",
-               "precision": "fp32", "task": "sst2", "accuracy": 0.9, "latency_ms_p50": 5.0, "size_mb": 10.0,
+               "precision": "fp32", "task": "sst2", "accuracy": 0.9, "validation_metrics": {"accuracy": 0.9},
+               "latency_ms_p50": 5.0, "size_mb": 10.0,
                "real_latency_ms_p50": 2.0, "real_latency_ms_p99": 3.0,
                "points": []}
     bench = {"stage": "benchmark", "records": [teacher, *baseline_records(prepared_sst2, tok, ["cpu"])],
