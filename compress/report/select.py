@@ -71,7 +71,7 @@ RANKINGS = {
 @dataclass(frozen=True)
 class SelectPolicy:
     target: str = "cpu"
-    accuracy_floor_vs_teacher: float = 0.985  # metric / teacher's metric on the same target
+    accuracy_floor_vs_teacher: float = 0.985  # metric / teacher's metric on the same target, on validation
     # the floor applies to each of these the teacher's record has (F1: pair tasks only)
     floor_metrics: list[str] = field(default_factory=lambda: ["accuracy", "f1", "macro_f1"])
     floor_at: str = "point"  # point: the measured value | lower_bound: its 95% interval's low end
