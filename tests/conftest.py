@@ -111,13 +111,45 @@ def tiny_model_dir(tmp_path) -> Path:
     return out
 
 
+def add_validation(root: Path, rows: slice = slice(None)) -> Path:
+    """Give a prepared directory a validation split as prepare writes it (validation.jsonl,
+    the card's splits.validation with its sha256), a copy of dev's `rows`; a directory that
+    already has one (prepare wrote it) is left as it is. Returns root."""
+    import json
+
+    from compress.core.io import sha256_file
+
+    card = json.loads((root / "card.json").read_text(encoding="utf-8"))
+    if "validation" in card["splits"]:
+        return root
+    lines = (root / "dev.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[rows]
+    (root / "validation.jsonl").write_text("".join(lines), encoding="utf-8")
+    card["splits"]["validation"] = {"rows": len(lines), "sha256": sha256_file(root / "validation.jsonl")}
+    (root / "card.json").write_text(json.dumps(card, indent=2), encoding="utf-8")
+    return root
+
+
+def drop_validation(root: Path) -> Path:
+    """The directory as data prepared before the validation split existed: no split, no card entry."""
+    import json
+
+    card = json.loads((root / "card.json").read_text(encoding="utf-8"))
+    card["splits"].pop("validation", None)
+    card.pop("validation_carved", None)
+    (root / "card.json").write_text(json.dumps(card, indent=2), encoding="utf-8")
+    (root / "validation.jsonl").unlink(missing_ok=True)
+    return root
+
+
 @pytest.fixture
 def prepared_sst2(tmp_path, sst2_dir) -> Path:
+    """Prepared SST-2-format data with train, dev and validation (dev's rows 2 to 7) splits."""
     from compress.data.prepare import prepare
 
     out = tmp_path / "prepared"
     prepare(preset("sst2", str(sst2_dir)), out)
-    return out
+    # six of dev's rows, in place of any split prepare carved: the tests count on these rows
+    return add_validation(drop_validation(out), slice(2, 8))
 
 
 @pytest.fixture
@@ -131,7 +163,8 @@ def production(tmp_path) -> Path:
     env = {"cpu_model": "test CPU", "libraries": {}}
     records = [{"artifact": name, "target": "cpu", "status": "ok", "reason": None, "stage": "test",
                 "backend": "pytorch-cpu", "format": "pytorch", "precision": "fp32", "task": "sst2",
-                "accuracy": 0.5, "f1": None, "parent": None, "latency_ms_p50": p50, "latency_ms_p99": p50,
+                "accuracy": 0.5, "f1": None, "validation_metrics": {"accuracy": 0.5}, "validation_rows": 8,
+                "parent": None, "latency_ms_p50": p50, "latency_ms_p99": p50,
                 "real_latency_ms_p50": p50 / 4, "real_latency_ms_p99": p50 / 2,
                 "throughput_seq_per_s": 100.0, "size_mb": 1.0, "num_params": 1000, "peak_mem_mb": 500.0,
                 "threads": 2, "path": str(tmp_path / "models" / name)}

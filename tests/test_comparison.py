@@ -273,3 +273,43 @@ def test_gpu_check_result_is_its_own_table_on_both_renderings(tmp_path):
     bad.write_text('{"records": []}')
     with pytest.raises(DataError, match="bad.json: not a GPU check result"):
         gpu_check.load(bad)
+
+
+def _with_validation(reports: list[dict]) -> list[dict]:
+    """The fixture stage reports as a run on data with a validation split writes them: the
+    validation figures 1 point above dev's, with an interval."""
+    for rep in reports:
+        for r in rep["records"]:
+            if r["status"] == "ok" and r.get("accuracy") is not None:
+                v = round(r["accuracy"] + 0.01, 6)
+                r.update(validation_metrics={"accuracy": v, "accuracy_ci95_low": round(v - 0.015, 6),
+                                             "accuracy_ci95_high": round(v + 0.015, 6)}, validation_rows=2000,
+                         validation_sha256="ab" * 32)
+    return reports
+
+
+def test_tables_lead_with_dev_and_add_the_validation_column():
+    """Dev stays the main column (deltas, Pareto front); the primary metric on validation, what
+    select chose on, follows the dev columns in the Markdown, the README block and the page;
+    the benchmark's warm-up figures never stand in for the stage's, and a reference has none.
+    Reports from before the split (the fixtures as committed) get no such column."""
+    stages = _with_validation(_with_intervals([read_report(FIXTURES / f"{s}.json") for s in STAGES], False))
+    bench = _bench_with_warmup_intervals()
+    for r in bench["records"]:  # the benchmark keeps no validation figures; were it to, they would not count
+        if r["status"] == "ok":
+            r["validation_metrics"] = {"accuracy": 0.1}
+    comp = C.build(stages, bench)
+    row = next(x for x in C.table_rows(comp, "cpu") if x["artifact"] == "student_onnx_int8")
+    assert row["score"] == 0.8933 and row["validation_score"] == 0.9033
+    ref = next(r for r in comp["records"] if r["artifact"] == "bert_base_reference" and r["target"] == "cpu")
+    assert ref["validation_metrics"] is None
+    md = C.render_markdown(comp)
+    assert ("| accuracy [95% CI] | Δ vs teacher (points) | validation accuracy [95% CI] (chose) | p50 ms |" in md)
+    assert "| 89.33% [87.2–91.3] | -0.23 | 90.33% [88.8–91.8] |" in md
+    assert "| n/a (random weights) | – | – |" in md and "`select` chooses on it" in md
+    assert "validation accuracy [95% CI] (chose)" in C.readme_table(comp)
+    page = render_html(comp)
+    assert "<th>validation accuracy [95% CI] (chose)</th>" in page and "<td>90.33% [88.8–91.8]</td>" in page
+    assert "<th>validation data sha256</th>" in page
+    old = C.build([read_report(FIXTURES / f"{s}.json") for s in STAGES], read_report(FIXTURES / "benchmark.json"))
+    assert "validation" not in C.render_markdown(old) and "validation" not in render_html(old)

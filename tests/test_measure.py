@@ -9,6 +9,7 @@ from compress.measure.harness import (MeasureConfig, gpu_skip_reason, latency_po
                              time_queries)
 from compress.report.schema import LatencyPoint, Record
 from compress.backends.base import Artifact, skip_reason
+from conftest import add_validation, drop_validation
 
 FAST = dict(points=[[1, 16], [4, 16]], warmup_queries=1, min_queries=3, min_duration_s=0.0)
 
@@ -28,6 +29,10 @@ def test_cpu_record_has_every_field(tiny_model_dir, prepared_sst2):
                      "dev_stream_seq_per_s",  # the benchmark stage asks for these (dev_stream_repeats,
                      "real_latency_ms_p50", "real_latency_ms_p99"}  # real_length_rows)
     assert 0.0 <= rec["accuracy"] <= 1.0 and rec["eval_rows"] == 8
+    # the validation split (six rows here) is scored beside dev: what select chooses on
+    assert rec["validation_rows"] == 6 and len(rec["validation_sha256"]) == 64
+    assert set(rec["validation_metrics"]) == {"accuracy", "macro_f1", "accuracy_ci95_low", "accuracy_ci95_high",
+                                              "macro_f1_ci95_low", "macro_f1_ci95_high"}
     assert 0.0 <= rec["accuracy_ci95_low"] <= rec["accuracy"] <= rec["accuracy_ci95_high"] <= 1.0
     assert rec["threads"] == 2 and rec["num_params"] > 1_000_000 and rec["size_mb"] > 1
     assert len(rec["artifact_sha256"]) == 64 and len(rec["data_sha256"]) == 64
@@ -50,6 +55,7 @@ def test_isolated_measurement_matches_in_process_accuracy(tiny_model_dir, prepar
     # the bootstrap seed is fixed: the same predictions give the same interval in any process
     assert (child["accuracy_ci95_low"], child["accuracy_ci95_high"]) == (local["accuracy_ci95_low"],
                                                                        local["accuracy_ci95_high"])
+    assert child["validation_metrics"] == local["validation_metrics"] is not None  # the child scores validation too
     assert child["latency_ms_p50"] is not None and child["throughput_seq_per_s"] is None
     assert child["peak_mem_mb"] > 100  # a fresh python with torch loaded
 
@@ -396,3 +402,24 @@ def test_real_length_latency_runs_each_dev_text_unpadded_at_batch_1(tiny_model_d
     (rec,) = measure(Artifact("tiny", tiny_model_dir), prepared_sst2, cfg)
     assert 0 < rec["real_latency_ms_p50"] <= rec["real_latency_ms_p99"]
     assert [(p["batch_size"], p["seq_len"]) for p in rec["points"]] == [(1, 16), (4, 16)]  # the padded points stay
+
+
+def test_validation_figures_come_from_the_same_runner_and_pre_processing(tiny_model_dir, prepared_sst2):
+    """A validation split holding exactly dev's rows scores exactly dev's metrics and
+    intervals; eval_max_rows caps both splits; data prepared before the split existed gives
+    a record without validation figures (None), not an error."""
+    art = Artifact("tiny", tiny_model_dir)
+    cfg = MeasureConfig(targets=["cpu"], isolate=False, **{**FAST, "points": [[1, 16]]})
+    add_validation(drop_validation(prepared_sst2))  # validation := all of dev
+    (rec,) = measure(art, prepared_sst2, cfg)
+    dev = {k: rec[k] for k in ("accuracy", "macro_f1", "accuracy_ci95_low", "accuracy_ci95_high",
+                               "macro_f1_ci95_low", "macro_f1_ci95_high")}
+    assert rec["validation_metrics"] == dev and rec["validation_rows"] == rec["eval_rows"] == 8
+    (capped,) = measure(art, prepared_sst2, dataclasses.replace(cfg, eval_max_rows=3))
+    assert capped["validation_rows"] == capped["eval_rows"] == 3
+    (off,) = measure(art, prepared_sst2, dataclasses.replace(cfg, validation=False))
+    assert off["validation_metrics"] is None and off["accuracy"] == rec["accuracy"]
+    (old,) = measure(art, drop_validation(prepared_sst2), cfg)
+    assert old["status"] == "ok" and old["accuracy"] == rec["accuracy"]
+    assert (old["validation_metrics"], old["validation_rows"], old["validation_sha256"]) == (None, None, None)
+    Record.from_dict(old)

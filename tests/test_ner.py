@@ -248,6 +248,7 @@ def test_comparison_and_select_rank_taggers_by_entity_f1():
         return {"artifact": name, "target": "cpu", "status": "ok", "reason": None, "stage": "x", "backend": "b",
                 "format": fmt, "precision": precision, "task": "conll2003", "accuracy": None, "f1": f1,
                 "f1_ci95_low": f1 - 0.01, "f1_ci95_high": f1 + 0.01, "token_accuracy": 0.97,
+                "validation_metrics": {"f1": f1, "token_accuracy": 0.97},
                 "parent": "student", "latency_ms_p50": p50, "latency_ms_p99": p50 * 1.5,
                 "real_latency_ms_p50": p50 / 3, "real_latency_ms_p99": p50 / 2,
                 "throughput_seq_per_s": 100.0, "size_mb": 10.0, "num_params": 1000, "peak_mem_mb": 500.0,

@@ -101,3 +101,42 @@ def test_interval_fields_are_checked_and_old_reports_still_load(tmp_path):
     (tmp_path / "teacher.json").write_text(json.dumps(old))
     (rec,) = read_report(tmp_path / "teacher.json")["records"]
     assert Record.from_dict(rec).accuracy_ci95_low is None
+
+
+def test_version_2_reports_are_upgraded_without_validation_figures_and_newer_ones_refused(tmp_path):
+    """Version 3 adds the validation split's figures (what select chooses on): a version 2
+    report (and a version 1 one) still loads, its records with none; an unknown version is
+    refused with what to do."""
+    v2 = make_report("teacher", [ok_record().to_dict()], ENV)
+    v2["schema_version"] = 2
+    for r in v2["records"]:
+        for f in ("validation_metrics", "validation_rows", "validation_sha256"):
+            del r[f]
+    (tmp_path / "teacher.json").write_text(json.dumps(v2))
+    report = read_report(tmp_path / "teacher.json")
+    assert report["schema_version"] == 3
+    assert report["records"][0]["validation_metrics"] is None and report["records"][0]["accuracy"] == 0.9
+    v1 = {**v2, "schema_version": 1, "records": [{k: v for k, v in r.items() if k != "metrics"} for r in v2["records"]]}
+    (tmp_path / "teacher.json").write_text(json.dumps(v1))
+    (rec,) = read_report(tmp_path / "teacher.json")["records"]
+    assert rec["metrics"] == {"accuracy": 0.9} and rec["validation_metrics"] is None
+    (tmp_path / "teacher.json").write_text(json.dumps({**v2, "schema_version": 4}))
+    with pytest.raises(ValueError, match=r"schema_version 4 is not one this version reads \(1 to 3\).*re-run"):
+        read_report(tmp_path / "teacher.json")
+
+
+def test_validation_figures_are_checked_and_shown_beside_dev():
+    """The validation mapping's intervals are checked like dev's; a stage report shows the
+    primary metric on validation in its own column after the dev ones (none for old reports)."""
+    with pytest.raises(ValueError, match=r"accuracy_ci95_low/high must both be set.*a/cpu, validation"):
+        Record(artifact="a", target="cpu", status="ok", validation_metrics={"accuracy": 0.9, "accuracy_ci95_low": 0.8})
+    rec = ok_record(acc=0.8865).to_dict() | {"accuracy_ci95_low": 0.865, "accuracy_ci95_high": 0.907,
+                                             "validation_metrics": {"accuracy": 0.9012, "accuracy_ci95_low": 0.88,
+                                                                    "accuracy_ci95_high": 0.92},
+                                             "validation_rows": 2000}
+    md = render_markdown(make_report("teacher", [rec, Record.skipped("teacher", "gpu", "no CUDA").to_dict()], ENV))
+    assert "| accuracy [95% CI] | validation accuracy [95% CI] (chose) | agreement with parent |" in md
+    assert "| 88.65% [86.5–90.7] | 90.12% [88.0–92.0] | – |" in md
+    assert "| teacher | gpu | skipped: no CUDA | – | – | – | – | – |" in md and "`select` chooses on it" in md
+    md = render_markdown(make_report("teacher", [ok_record().to_dict()], ENV))
+    assert "validation" not in md

@@ -15,9 +15,12 @@ from conftest import REPO
 from test_report import ENV
 
 
-def rec(name, acc, p50, size=10.0, target="cpu", status="ok", reason=None, fmt="onnx", precision="int8"):
+def rec(name, acc, p50, size=10.0, target="cpu", status="ok", reason=None, fmt="onnx", precision="int8", val="dev"):
+    """A comparison record; `val` is its validation accuracy ("dev": the same as dev's, None: no validation figures)."""
+    val = acc if val == "dev" else val
     return {"artifact": name, "target": target, "status": status, "reason": reason, "stage": "x",
             "backend": "b", "format": fmt, "precision": precision, "task": "sst2", "accuracy": acc, "f1": None,
+            "validation_metrics": None if val is None else {"accuracy": val}, "validation_rows": 2000,
             "parent": "student", "latency_ms_p50": p50, "latency_ms_p99": p50 and p50 * 1.5,
             # real lengths are shorter than 128 tokens: the same order here, unless a test says
             "real_latency_ms_p50": p50 and p50 * 0.4, "real_latency_ms_p99": p50 and p50 * 0.8,
@@ -207,12 +210,14 @@ def test_rank_by_dev_stream_throughput_picks_the_highest_real_length_throughput(
 # --- floors on accuracy and F1, at the point or the interval's lower bound -------------------
 
 def pair_rec(name, acc, f1, p50, acc_low=None, f1_low=None):
-    """An MRPC-like record: accuracy and F1, with their intervals' low ends when given."""
+    """A pair-task record: accuracy and F1, with their intervals' low ends when given, the
+    same on validation as on dev."""
     r = {**rec(name, acc, p50), "task": "mrpc", "f1": f1}
     if acc_low is not None:
         r.update(accuracy_ci95_low=acc_low, accuracy_ci95_high=acc + 0.02)
     if f1_low is not None:
         r.update(f1_ci95_low=f1_low, f1_ci95_high=f1 + 0.02)
+    r["validation_metrics"] = {k: v for k, v in r.items() if k.startswith(("accuracy", "f1")) and v is not None}
     return r
 
 
@@ -228,11 +233,11 @@ def test_f1_floor_rejects_good_accuracy_with_low_f1():
     sel = select(MRPC, SelectPolicy())
     assert sel["chosen"] == "wide_interval"
     assert {"artifact": "good_acc_low_f1", "rule": "f1_floor",
-            "detail": "keeps 94.44% of the teacher's F1 < 98.50%"} in sel["rejected"]
-    # the reasons list every floor the choice keeps
-    assert "keeps 100.00% of the teacher's accuracy (floor 98.50%)" in sel["reasons"]
-    assert "keeps 100.00% of the teacher's F1 (floor 98.50%)" in sel["reasons"]
-    assert sel["teacher_f1"] == 0.90
+            "detail": "keeps 94.44% of the teacher's F1 on validation < 98.50%"} in sel["rejected"]
+    # the reasons list every floor the choice keeps, on validation, with the dev ratio beside
+    assert "keeps 100.00% of the teacher's accuracy on validation (floor 98.50%; on dev: 100.00%)" in sel["reasons"]
+    assert "keeps 100.00% of the teacher's F1 on validation (floor 98.50%; on dev: 100.00%)" in sel["reasons"]
+    assert sel["teacher_f1"] == 0.90 and sel["teacher_validation"] == {"accuracy": 0.86, "f1": 0.90}
     # accuracy only: the low F1 no longer counts
     sel = select(MRPC, SelectPolicy(floor_metrics=["accuracy"]))
     assert sel["chosen"] == "good_acc_low_f1" and not any("F1" in r for r in sel["reasons"])
@@ -245,15 +250,16 @@ def test_lower_bound_floor_rejects_what_the_point_floor_accepts():
     rejected = {r["artifact"]: r for r in sel["rejected"]}
     assert rejected["wide_interval"] == {
         "artifact": "wide_interval", "rule": "accuracy_floor",
-        "detail": "keeps 96.51% of the teacher's accuracy < 97.00% (at the interval's lower bound)"}
+        "detail": "keeps 96.51% of the teacher's accuracy on validation < 97.00% (at the interval's lower bound)"}
     assert rejected["good_acc_low_f1"]["rule"] == "f1_floor"
     assert "(at the interval's lower bound)" in rejected["good_acc_low_f1"]["detail"]
-    assert "keeps 98.84% of the teacher's accuracy (floor 97.00%, at the interval's lower bound)" in sel["reasons"]
+    assert ("keeps 98.84% of the teacher's accuracy on validation (floor 97.00%, at the interval's lower bound; "
+            "on dev: 98.84%)") in sel["reasons"]
     # a record without an interval (a report from before intervals) cannot be judged at its lower bound
     comp = {**MRPC, "records": MRPC["records"] + [pair_rec("no_interval", 0.86, 0.90, 1.0)]}
     rejected = {r["artifact"]: r for r in select(comp, policy)["rejected"]}
     assert rejected["no_interval"]["rule"] == "accuracy_floor"
-    assert "no 95% interval of its accuracy" in rejected["no_interval"]["detail"]
+    assert "no 95% interval of its validation accuracy" in rejected["no_interval"]["detail"]
     assert select(comp, SelectPolicy())["chosen"] == "no_interval"  # at the point it qualifies
 
 
@@ -265,7 +271,7 @@ def test_f1_is_not_checked_where_the_task_has_none():
     without_policy = [{k: v for k, v in x.items() if k != "policy"} for x in (both, accuracy_only)]
     assert without_policy[0] == without_policy[1]
     assert {"artifact": "fast_but_bad", "rule": "accuracy_floor",
-            "detail": "keeps 88.89% of the teacher's accuracy < 98.50%"} in both["rejected"]  # as it always read
+            "detail": "keeps 88.89% of the teacher's accuracy on validation < 98.50%"} in both["rejected"]
     sel = select(COMPARISON, SelectPolicy(floor_metrics=["f1"], accuracy_floor_vs_teacher=0.5))
     assert sel["chosen"] == "fast_but_bad"  # no F1 anywhere: no floor applies
 
@@ -277,10 +283,10 @@ def test_selection_markdown_and_model_card_name_the_floors():
     sel = select(MRPC, SelectPolicy(floor_metrics=["accuracy", "f1"], floor_at="lower_bound",
                                     accuracy_floor_vs_teacher=0.97))
     md = render(sel)
-    assert ("accuracy and F1 >= 97.0% of the teacher's (floor_metrics [accuracy, f1], floor_at lower_bound: "
-            "the artifact's 95% interval low end over the teacher's)") in md
+    assert ("accuracy and F1 >= 97.0% of the teacher's on the validation split (floor_metrics [accuracy, f1], "
+            "floor_at lower_bound: the artifact's 95% interval low end over the teacher's)") in md
     card = model_card(sel, ENV)
-    assert "of the teacher's dev accuracy and F1 at the low end of its 95% interval" in card
+    assert "of the teacher's accuracy and F1 at the low end of its 95% interval on the validation split" in card
     assert "- accuracy 86.00% [85.0–88.0], F1 90.00% [89.0–92.0] (accuracy 100.00% and F1 100.00% of the teacher's" \
         in card
     md = render(select(COMPARISON, SelectPolicy()))
@@ -313,3 +319,73 @@ def test_rank_by_real_length_p50_by_default_can_reverse_the_1x128_order():
     del small["real_latency_ms_p50"]
     sel = select(comp, SelectPolicy(exclude=["student_control"]))
     assert {r["artifact"]: r["rule"] for r in sel["rejected"]}["smaller_int8"] == "not_measured"
+
+
+# --- chosen on validation, reported on dev ------------------------------------------------------
+
+SPLIT = {"environment": ENV, "records": [
+    rec("teacher", 0.90, 20.0, 80, fmt="pytorch", precision="fp32", val=0.92),
+    # dev flatters it (98.9% of the teacher's), validation does not (95.7%)
+    rec("lucky_on_dev", 0.890, 2.0, 10, val=0.880),
+    # dev alone would reject it (97.8%); validation keeps it (99.5%)
+    rec("steady_int8", 0.880, 4.0, 10, val=0.915),
+    rec("student", 0.895, 9.0, 60, fmt="pytorch", precision="fp32", val=0.918),
+]}
+
+
+def test_the_choice_is_made_on_validation_where_dev_would_choose_differently():
+    """Floors read validation figures only: the artifact dev would pick (fastest above the
+    dev floor) fails it on validation, and the one dev would reject wins; selection.json
+    says so and carries the dev ratios beside the validation ones."""
+    def dev_only(r):  # the same records judged on dev: validation := dev
+        return {**r, "validation_metrics": {"accuracy": r["accuracy"]}}
+
+    on_dev = select({**SPLIT, "records": [dev_only(r) for r in SPLIT["records"]]}, SelectPolicy())
+    assert on_dev["chosen"] == "lucky_on_dev"
+    assert {r["artifact"]: r["rule"] for r in on_dev["rejected"]} == {"steady_int8": "accuracy_floor"}
+    sel = select(SPLIT, SelectPolicy())
+    assert sel["chosen"] == "steady_int8" and sel["chosen_on"] == "validation" and sel["reported_on"] == "dev"
+    assert {"artifact": "lucky_on_dev", "rule": "accuracy_floor",
+            "detail": "keeps 95.65% of the teacher's accuracy on validation < 98.50%"} in sel["rejected"]
+    assert sel["ratios_vs_teacher"] == {"validation": {"accuracy": 0.915 / 0.92}, "dev": {"accuracy": 0.880 / 0.90}}
+    assert sel["teacher_validation"] == {"accuracy": 0.92} and sel["teacher_dev"] == {"accuracy": 0.90}
+    assert sel["teacher_accuracy"] == 0.90  # the flat teacher figures stay dev's, as the card divides by them
+    assert "keeps 99.46% of the teacher's accuracy on validation (floor 98.50%; on dev: 97.78%)" in sel["reasons"]
+
+
+def test_a_record_without_validation_figures_is_rejected_no_validation():
+    """A record from before the validation split (or data prepared without one) cannot be
+    judged on the split that chooses; a random-weight reference scored nothing anywhere
+    (no_accuracy); a teacher without validation figures leaves nothing to compare with."""
+    comp = {**SPLIT, "records": SPLIT["records"] + [rec("old_report", 0.90, 1.0, val=None),
+                                                    rec("bert_base_reference", None, 110.0, 418, val=None)]}
+    sel = select(comp, SelectPolicy())
+    rejected = {r["artifact"]: r for r in sel["rejected"]}
+    assert rejected["old_report"]["rule"] == "no_validation"
+    assert "no accuracy on the validation split, which chooses" in rejected["old_report"]["detail"]
+    assert rejected["bert_base_reference"]["rule"] == "no_accuracy" and sel["chosen"] == "steady_int8"
+    no_teacher = {**SPLIT, "records": [{**r, "validation_metrics": None} if r["artifact"] == "teacher" else r
+                                       for r in SPLIT["records"]]}
+    sel = select(no_teacher, SelectPolicy())
+    assert sel["chosen"] is None
+    assert {"artifact": "student", "rule": "accuracy_floor",
+            "detail": "no teacher accuracy on validation on cpu to compare with"} in sel["rejected"]
+    assert {r["artifact"]: r["rule"] for r in sel["rejected"]}["teacher"] == "no_validation"
+
+
+def test_selection_markdown_quotes_both_splits_and_the_card_leads_with_dev():
+    from compress.report.select import model_card
+    from pipelines.select import render
+
+    sel = select(SPLIT, SelectPolicy())
+    md = render(sel)
+    assert "Chosen on the **validation** split" in md and "of the teacher's on the validation split" in md
+    assert "| share of the teacher's | validation (chose) | dev (to expect) |" in md
+    assert "| accuracy | 99.46% | 97.78% |" in md
+    assert "| lucky_on_dev | accuracy_floor | keeps 95.65% of the teacher's accuracy on validation < 98.50% |" in md
+    card = model_card(sel, ENV)
+    metrics = card.split("## Metrics (task sst2, dev split)\n")[1]
+    assert metrics.startswith("- accuracy 88.00% (accuracy 97.78% of the teacher's)")  # dev first: what to expect
+    assert ("- on the validation split (2000 rows), which chose it: accuracy 91.50% (accuracy 99.46% of the "
+            "teacher's)") in metrics
+    assert "The metrics below are the dev split's, which played no part in the choice" in card

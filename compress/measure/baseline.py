@@ -4,8 +4,9 @@ beside the artifacts, never a candidate: `select` rejects it by name (rule `base
 
 In:  the prepared data directory and a tokenizer of the task's models (the scored positions
      of a tagger are the first pieces of words, as for every artifact).
-Out: one Record dict per target, status ok, with the task's metrics and their intervals and
-     no latency, size or memory (nothing runs).
+Out: one Record dict per target, status ok, with the task's metrics and their intervals on
+     dev and, where the data has a validation split, on validation (`validation_metrics`,
+     as every measured record), and no latency, size or memory (nothing runs).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import numpy as np
 from compress.data.prepare import Prepared
 from compress.data.tokens import encode
 from compress.measure.metrics import task_ci95, task_metrics
+from compress.measure.validation import validation_fields
 from compress.report.schema import Record
 
 BASELINE_NAME = "majority_baseline"
@@ -33,10 +35,15 @@ def baseline_records(prepared_root: str | Path, tokenizer, targets: list[str], m
     prepared = Prepared.open(prepared_root)
     task = prepared.task
     label = majority_label(prepared, tokenizer, max_length)
+    def constant_logits(enc) -> np.ndarray:  # every scored position predicts the majority label
+        logits = np.zeros((len(enc.labels), task.num_labels), dtype=np.float32)
+        logits[:, label] = 1.0
+        return logits
+
     enc = encode(tokenizer, prepared.split("dev"), max_length)
-    logits = np.zeros((len(enc.labels), task.num_labels), dtype=np.float32)
-    logits[:, label] = 1.0  # every scored position predicts the majority label
+    logits = constant_logits(enc)
     pred = logits.argmax(-1)
+    validation = validation_fields(prepared, tokenizer, max_length, None, constant_logits)
     metrics = task_metrics(task, enc, logits)
     details = task.kind_impl.details(task, enc, pred)
     reason = f"always predicts '{task.label_names[label]}', the most frequent training label"
@@ -45,4 +52,4 @@ def baseline_records(prepared_root: str | Path, tokenizer, targets: list[str], m
         task=task.name, primary_metric=task.primary_metric, accuracy=metrics.get("accuracy"), f1=metrics.get("f1"),
         macro_f1=metrics.get("macro_f1"), metrics=dict(metrics), token_accuracy=metrics.get("token_accuracy"),
         f1_per_type=details.get("f1_per_type"), eval_rows=len(enc), data_sha256=prepared.sha256("dev"),
-        **task_ci95(task, enc, pred)).to_dict() for target in targets]
+        **validation, **task_ci95(task, enc, pred)).to_dict() for target in targets]

@@ -14,7 +14,7 @@ throughput: the whole dev split classified as `compress predict` does it (length
 batches of 32 padded to the longest row of each), `dev_stream_seq_per_s`, and real-length
 latency: batch-1 queries over `real_length_rows` dev texts at their own lengths
 (`real_latency_ms_p50`/`_p99`). Beside them, the majority-class baseline
-(compress.measure.baseline). Accuracy is not
+(compress.measure.baseline). Accuracy, on dev or validation, is not
 re-measured here (a few rows run only to warm the runner up); it belongs to the stage
 that built each artifact, and `comparison` joins the two.
 """
@@ -27,7 +27,8 @@ from pathlib import Path
 from compress.core.config import check
 from compress.data.prepare import Prepared
 from compress.measure.harness import TARGETS, MeasureConfig, measure
-from compress.report.schema import CI_FIELDS, HEADLINE_LATENCY, HEADLINE_THROUGHPUT, Record, speedups
+from compress.report.schema import (CI_FIELDS, HEADLINE_LATENCY, HEADLINE_THROUGHPUT, VALIDATION_FIELDS, Record,
+                                    speedups)
 from compress.backends.base import Artifact
 
 REFERENCE_NAME = "bert_base_reference"
@@ -35,7 +36,7 @@ MAX_SEQ = 512  # BERT's position embeddings
 # Accuracy is the building stage's (see above): whatever the warm-up rows scored is dropped,
 # the tagging figures (entity F1 is `f1`) included.
 ACCURACY_FIELDS = ("accuracy", "f1", "macro_f1", "metrics", *CI_FIELDS, "token_accuracy", "f1_per_type", "eval_rows",
-                   "agreement_with_parent")
+                   "agreement_with_parent", *VALIDATION_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ class BenchmarkConfig:
                              eval_batch_size=32, warmup_queries=self.warmup_queries,
                              min_queries=self.min_queries, min_duration_s=self.min_duration_s,
                              max_duration_s=self.max_duration_s, threads=self.threads, gpu_fp16=False, gpu_cudagraph=[],
-                             dev_stream_repeats=self.dev_stream_repeats, real_length_rows=self.real_length_rows)
+                             dev_stream_repeats=self.dev_stream_repeats, real_length_rows=self.real_length_rows,
+                             validation=False)  # accuracy is the building stage's, on either split
 
 
 def artifacts_from_reports(reports: list[dict], exclude: list[str] = ()) -> list[tuple]:

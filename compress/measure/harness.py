@@ -25,6 +25,12 @@ the passes that ran.
 Intervals: every metric of the accuracy pass gets its 95% percentile bootstrap interval
 over the dev rows (`<metric>_ci95_low/_high`, `compress.measure.metrics.bootstrap_ci`, 2,000
 resamples at seed 0, so an unchanged model gives an unchanged report).
+
+Validation (`validation`, on by default): the accuracy pass also scores the prepared
+validation split (capped at 2,000 rows by prepare, and at `eval_max_rows` like dev) through
+the same runner, tokenizer and batches: `validation_metrics` (metrics and intervals, keyed
+as on the record), `validation_rows`, `validation_sha256` (compress.measure.validation).
+`select` chooses on these; dev only reports. Data without a validation split: None.
 """
 from __future__ import annotations
 
@@ -70,6 +76,7 @@ class MeasureConfig:
     dev_stream_repeats: int = 0  # >0: timed passes of the whole dev split as `compress predict` runs it
     dev_stream_batch_size: int = 32
     real_length_rows: int = 0  # >0: batch-1 latency over that many dev rows, each at its own length
+    validation: bool = True  # also score the validation split (what select chooses on); the benchmark keeps none
 
     def __post_init__(self):
         check(len(self.targets) > 0, "targets must name at least one of " + ", ".join(TARGETS))
@@ -254,6 +261,20 @@ def real_length_latency(runner, enc, rows: int) -> tuple[float, float]:
     return round(float(np.percentile(ms, 50)), 4), round(float(np.percentile(ms, 99)), 4)
 
 
+def _validation(runner, prepared: Prepared, cfg: MeasureConfig) -> dict:
+    """The record's validation fields, scored as the dev accuracy pass is (all None when
+    cfg.validation is off or the data has no validation split)."""
+    from compress.data.tokens import eval_batches, position_logits
+    from compress.measure.validation import NONE, validation_fields
+
+    def logits_of(enc):
+        return position_logits(enc, eval_batches(enc.lengths(), cfg.eval_batch_size), runner, runner.num_labels)
+
+    if not cfg.validation:
+        return dict(NONE)
+    return validation_fields(prepared, runner.tokenizer, cfg.eval_max_length, cfg.eval_max_rows, logits_of)
+
+
 def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cfg: MeasureConfig,
                         parent_predictions: list[int] | None = None) -> tuple[dict, list[int]]:
     """Measure one target in this process; returns a Record as a dict and the dev predictions."""
@@ -284,6 +305,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
                    desc=f"{artifact.name}/{target} accuracy", unit="batch", leave=False)
     logits = position_logits(enc, batches, runner, runner.num_labels)
     metrics = task_metrics(task, enc, logits)
+    validation = _validation(runner, prepared, cfg)  # the same pass on the split select chooses on
     accuracy_gpu_peak = gpu_memory.peak_mb() if gpu_memory is not None else None
     predictions = logits.argmax(axis=1)
     # 95% bootstrap intervals of every metric the task reports, at a fixed seed (reproducible)
@@ -328,7 +350,7 @@ def _measure_in_process(artifact: Artifact, prepared_root: Path, target: str, cf
         dev_stream_seq_per_s=stream, real_latency_ms_p50=real[0], real_latency_ms_p99=real[1],
         threads=torch.get_num_threads(),
         artifact_sha256=sha256_file(weights[0]),
-        data_sha256=prepared.sha256("dev"),
+        data_sha256=prepared.sha256("dev"), **validation,
         points=points,
     )
     return rec.with_headline(HEADLINE_LATENCY, HEADLINE_THROUGHPUT).to_dict(), predictions.tolist()

@@ -6,7 +6,9 @@ and the latency points come from the benchmark (all artifacts measured in one ru
 any two rows can be divided), while accuracy, agreement, size, parameters and peak
 memory stay those the building stage measured: with them, the metrics' 95% intervals
 (`<metric>_ci95_low/_high`), which belong to the stage's accuracy pass over the whole dev
-split. The benchmark's reference rows (bert-base geometry FP32, random weights) are added
+split, and the validation split's figures (`validation_metrics`, what `select` chooses on).
+The tables lead with dev, what a user can expect, and add a column of the primary metric
+on validation when any record has it. The benchmark's reference rows (bert-base geometry FP32, random weights) are added
 with no accuracy and no interval.
 
 Everything the Markdown, HTML and DVC plot renderings show is derived here from that
@@ -20,8 +22,10 @@ from pathlib import Path
 
 from compress.core.io import atomic_write_text, replace_block
 from compress.report import gpu_check
-from compress.report.schema import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LATENCY, METRIC_LABELS, _fmt, _pct_ci, build_comparison,
-                     environment_lines, has_interval, has_metric, metric_header, primary_metric, summarize)
+from compress.report.schema import (CI_FIELDS, CI_METRICS, CI_NOTE, HEADLINE_LATENCY, METRIC_LABELS, VALIDATION_NOTE, _fmt,
+                                    _pct_ci, build_comparison, environment_lines, has_interval, has_metric,
+                                    has_validation, metric_header, primary_metric, split_figures, summarize,
+                                    validation_cell, validation_header, VALIDATION_FIELDS)
 
 TEACHER = "teacher"
 LATENCY_FIELDS = ("latency_ms_p50", "latency_ms_p90", "latency_ms_p99", "throughput_seq_per_s",
@@ -62,8 +66,10 @@ def build(stage_reports: list[dict], bench: dict | None) -> dict:
 
 def _no_orphan_intervals(r: dict) -> dict:
     """The record without intervals whose metric it does not carry: the benchmark blanks
-    accuracy (its few warm-up rows are no measurement), and so must go their intervals."""
-    return {**r, **{f"{m}_ci95_{end}": None for m in CI_METRICS if r.get(m) is None for end in ("low", "high")}}
+    accuracy (its few warm-up rows are no measurement), and so must go their intervals;
+    nor any validation figures (a random-weight reference is never scored)."""
+    return {**r, **{f"{m}_ci95_{end}": None for m in CI_METRICS if r.get(m) is None for end in ("low", "high")},
+            **{f: None for f in VALIDATION_FIELDS}}
 
 
 def _ok(records: list[dict], target: str) -> list[dict]:
@@ -95,8 +101,10 @@ def targets_measured(comp: dict) -> list[str]:
 
 def table_rows(comp: dict, target: str) -> list[dict]:
     """The comparison table for one target, fastest first (references last). `score` is
-    the task's primary metric (`metric`: accuracy, or entity F1 for a tagger), which the
-    deltas, ratios, the Pareto front and the plots use."""
+    the task's primary metric on dev (`metric`: accuracy, or entity F1 for a tagger), which
+    the deltas, ratios, the Pareto front and the plots use; `validation_score` the same
+    metric on the validation split (what `select` chooses on), with the record's
+    `validation_metrics` beside it for its interval."""
     metric, _ = primary_metric(comp["records"])
     teacher = next((r for r in _ok(comp["records"], target) if r["artifact"] == TEACHER), None)
     t_acc = teacher.get(metric) if teacher else None
@@ -112,7 +120,8 @@ def table_rows(comp: dict, target: str) -> list[dict]:
             "size_mb": r.get("size_mb"), "num_params": r.get("num_params"), "accuracy": r.get("accuracy"),
             "f1": r.get("f1"), "macro_f1": r.get("macro_f1"), "token_accuracy": r.get("token_accuracy"), "f1_per_type": r.get("f1_per_type"),
             **{f: r.get(f) for f in CI_FIELDS},
-            "metric": metric, "score": acc,
+            "metric": metric, "score": acc, "validation_score": split_figures(r, "validation").get(metric),
+            "validation_metrics": r.get("validation_metrics"),
             "score_delta_pts": None if acc is None or t_acc is None else round(100 * (acc - t_acc), 2),
             "score_vs_teacher": None if acc is None or not t_acc else round(acc / t_acc, 4),
             "latency_ms_p50": r.get("latency_ms_p50"), "latency_ms_p90": r.get("latency_ms_p90"),
@@ -185,8 +194,10 @@ def target_table_markdown(comp: dict, target: str) -> str:
     # pair tasks show F1 beside accuracy; single sentences get no empty column, and a
     # tagger's F1 is its main column already
     extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(rows, m)]
+    val = has_validation(rows, metric)  # the split that chose, after the dev columns that report
     head = ("| artifact | format | precision | size MiB | params | " + metric_header(rows, metric, label)
             + " | Δ vs teacher (points) " + "".join("| " + metric_header(rows, m, METRIC_LABELS[m]) + " " for m in extra)
+            + ("| " + validation_header(rows, metric, label) + " " if val else "")
             + "| p50 ms | p90 ms | p99 ms | real-length p50 / p99 ms | throughput seq/s (32×128) | dev stream sent/s "
             "| speedup vs teacher | peak RSS MiB |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -197,7 +208,7 @@ def target_table_markdown(comp: dict, target: str) -> str:
         lines.append("| " + " | ".join([
             name, _fmt(x["format"]), _fmt(x["precision"]), _fmt(x["size_mb"], 1), _fmt(x["num_params"]), acc,
             "–" if x["score_delta_pts"] is None else f"{x['score_delta_pts']:+.2f}",
-            *[_pct_ci(x, m) for m in extra],
+            *[_pct_ci(x, m) for m in extra], *([validation_cell(x, metric)] if val else []),
             _fmt(x["latency_ms_p50"]), _fmt(x["latency_ms_p90"]), _fmt(x["latency_ms_p99"]), real_length_cell(x),
             _fmt(x["throughput_seq_per_s"], 1), _fmt(x["dev_stream_seq_per_s"], 1), _x(x["speedup_vs_teacher"]),
             _fmt(x["peak_mem_mb"], 0),
@@ -236,6 +247,8 @@ def render_markdown(comp: dict) -> str:
              "Pareto front; † a row whose latency comes from its own stage's run.", ""]
     if has_interval(comp["records"]):
         parts += [CI_NOTE, ""]
+    if has_validation(comp["records"], primary_metric(comp["records"])[0]):
+        parts += [VALIDATION_NOTE, ""]
     for target in targets_measured(comp):
         parts += [f"## {target.upper()}", "", target_table_markdown(comp, target), "",
                   f"### Latency p50 (ms) against sequence length, batch 1, {target}", "",
@@ -300,7 +313,9 @@ def readme_table(comp: dict) -> str:
     parts.append(f"Measured on {env.get('cpu_model', '?')} with {env.get('threads', '?')} threads, "
                  f"torch {env.get('libraries', {}).get('torch', '?')}; GPU: {env.get('gpu_name') or 'none'}"
                  + (" (GPU rows skipped: see reports/comparison.md)" if skipped_gpu else "") + "."
-                 + (" " + CI_NOTE if has_interval(comp["records"]) else ""))
+                 + (" " + CI_NOTE if has_interval(comp["records"]) else "")
+                 + (" " + VALIDATION_NOTE if has_validation(comp["records"], primary_metric(comp["records"])[0])
+                    else ""))
     return "\n".join(parts)
 
 

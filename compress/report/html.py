@@ -12,7 +12,8 @@ import html
 import io
 
 from compress.report import comparison as C, gpu_check
-from compress.report.schema import CI_NOTE, METRIC_LABELS, _fmt, _pct_ci, has_interval, has_metric, metric_header, primary_metric
+from compress.report.schema import (CI_NOTE, METRIC_LABELS, VALIDATION_NOTE, _fmt, _pct_ci, has_interval, has_metric,
+                                    has_validation, metric_header, primary_metric, validation_cell, validation_header)
 
 
 
@@ -147,8 +148,10 @@ def _table(comp: dict, target: str) -> str:
     metric, label = primary_metric(comp["records"])
     # the task's other metrics beside the main one (F1 of binary pairs, macro-F1); a tagger's F1 is the main one
     extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(rows, m)]
+    val = has_validation(rows, metric)  # the split that chose, after the dev columns that report
     head = ["#", "artifact", "format", "precision", "size MiB", "params", metric_header(rows, metric, label),
             "Δ vs teacher (points)", *[metric_header(rows, m, METRIC_LABELS[m]) for m in extra],
+            *([validation_header(rows, metric, label)] if val else []),
             "p50 ms", "p90 ms", "p99 ms", "real-length p50 / p99 ms (batch 1)", "throughput seq/s (32×128)",
             "dev stream sent/s (real lengths)",
             "speedup vs teacher", "peak RSS MiB"]
@@ -165,6 +168,7 @@ def _table(comp: dict, target: str) -> str:
                  f"<td>{'n/a (random weights)' if x['reference'] else _pct_ci(x, metric)}</td>",
                  f"<td>{'–' if x['score_delta_pts'] is None else format(x['score_delta_pts'], '+.2f')}</td>",
                  *[f"<td>{_pct_ci(x, m)}</td>" for m in extra],
+                 *([f"<td>{validation_cell(x, metric)}</td>"] if val else []),
                  f"<td>{_fmt(x['latency_ms_p50'])}</td>", f"<td>{_fmt(x['latency_ms_p90'])}</td>",
                  f"<td>{_fmt(x['latency_ms_p99'])}</td>", f"<td>{C.real_length_cell(x)}</td>",
                  f"<td>{_fmt(x['throughput_seq_per_s'], 1)}</td>",
@@ -178,13 +182,16 @@ def _table(comp: dict, target: str) -> str:
 
 
 def _hashes(comp: dict) -> str:
+    val = any(r.get("validation_sha256") for r in comp["records"])  # reports from before the split: no column
     out = ["<table><tr><th>artifact</th><th>target</th><th>stage</th><th>weights sha256 (first file)</th>"
-           "<th>dev data sha256</th></tr>"]
+           "<th>dev data sha256</th>" + ("<th>validation data sha256</th>" if val else "") + "</tr>"]
     for r in comp["records"]:
         if r["status"] == "ok":
             out.append(f'<tr><td class="l">{_e(r["artifact"])}</td><td class="l">{_e(r["target"])}</td>'
                        f'<td class="l">{_e(r.get("stage"))}</td><td class="l"><code>{_e(r.get("artifact_sha256"))}'
-                       f'</code></td><td class="l"><code>{_e(r.get("data_sha256"))}</code></td></tr>')
+                       f'</code></td><td class="l"><code>{_e(r.get("data_sha256"))}</code></td>'
+                       + (f'<td class="l"><code>{_e(r.get("validation_sha256"))}</code></td>' if val else "")
+                       + "</tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -216,7 +223,9 @@ def render_html(comp: dict) -> str:
              "faster and more accurate); † a row whose latency comes from its own stage's run. Reference rows "
              "have random weights: latency and memory only. The production choice is in "
              "<code>reports/selection.md</code>. Generated from <code>reports/comparison.json</code>."
-             + (" " + _e(CI_NOTE) if has_interval(comp["records"]) else "") + "</p>"]
+             + (" " + _e(CI_NOTE) if has_interval(comp["records"]) else "")
+             + (" " + _e(VALIDATION_NOTE) if has_validation(comp["records"], primary_metric(comp["records"])[0])
+                else "") + "</p>"]
     for target in C.targets_measured(comp):
         parts += [f"<h2>{target.upper()}</h2>", _table(comp, target), '<div class="plots">',
                   f"<figure>{accuracy_latency_svg(comp, target)}<figcaption>Accuracy against latency on {target}; "

@@ -2,7 +2,7 @@
 
 A stage report (``reports/<stage>.json``) is::
 
-    {"schema_version": 2, "stage": str,
+    {"schema_version": 3, "stage": str,
      "summary": {artifact: {target: {headline numbers}}},
      "records": [Record...], "environment": {...},
      "details": {...stage specific: training summary, data card...}}
@@ -29,9 +29,23 @@ classifier, F1 of a binary pair task, a tagger's entity F1, precision, recall an
 accuracy); ``primary_metric`` names the one the task is ranked by. The flat ``accuracy``,
 ``f1`` and ``macro_f1`` fields repeat it for `dvc metrics` and the tables.
 
-``schema_version`` changes only when a field is removed or changes meaning: a new field
-defaults to None, so reports written before it existed still load. Version 1 reports
-(before ``metrics``) are read and upgraded: their mapping is built from the flat fields.
+Two splits, two roles. The flat metric fields, ``metrics`` and their intervals are the
+**dev** split's: what the reports and the model card quote. ``validation_metrics`` holds
+the same figures on the **validation** split (carved by prepare, never trained on), keyed
+as on the record: every metric of ``metrics`` and its ``<metric>_ci95_low``/``_high``
+(e.g. ``{"accuracy": 0.9, "accuracy_ci95_low": 0.88, "accuracy_ci95_high": 0.92}``),
+with ``validation_rows`` scored and ``validation_sha256`` of the split; `select` chooses
+on them alone (compress.report.select), so the dev figures stay an unbiased report of
+the choice. All three are None where the data has no validation split (data prepared
+before it existed) or nothing was scored.
+
+``schema_version`` changes when a field is removed or changes meaning, or when a new
+field becomes one that decisions need: any other new field defaults to None, so reports
+written before it existed still load. Older versions are read and upgraded: version 1
+(before ``metrics``) gets its mapping built from the flat fields; versions 1 and 2
+(before the validation split) get no validation figures, so `select` rejects their
+records by rule ``no_validation`` until the stages re-measure them. A newer version is
+refused with a message.
 """
 from __future__ import annotations
 
@@ -42,12 +56,14 @@ from pathlib import Path
 from compress.core.io import atomic_write_json, atomic_write_text
 from compress.measure.metrics import METRICS
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 HEADLINE_LATENCY = (1, 128)  # (batch, seq) of the latency_ms_* fields
 HEADLINE_THROUGHPUT = (32, 128)  # (batch, seq) of throughput_seq_per_s
 STATUSES = ("ok", "skipped", "failed")
 CI_METRICS = METRICS  # the metrics that carry <metric>_ci95_low/_high: every task metric
 CI_FIELDS = tuple(f"{m}_ci95_{end}" for m in CI_METRICS for end in ("low", "high"))
+SPLITS = ("validation", "dev")  # validation chooses (select), dev reports (tables, model card)
+VALIDATION_FIELDS = ("validation_metrics", "validation_rows", "validation_sha256")
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,25 @@ class LatencyPoint:
     queries: int | None = None
     duration_s: float | None = None
     peak_gpu_mem_mb: float | None = None  # torch's CUDA peak during this point alone (reset before it)
+
+
+def split_figures(r: dict, split: str) -> dict:
+    """A record's metrics on `split` as one mapping keyed as on the record (``accuracy``,
+    ``accuracy_ci95_low`` ...): for "dev" its `metrics` and flat fields, for "validation"
+    its `validation_metrics` ({} when it has none)."""
+    if split == "validation":
+        return dict(r.get("validation_metrics") or {})
+    if split != "dev":
+        raise ValueError(f"unknown split '{split}': choose from {', '.join(SPLITS)}")
+    flat = {k: r.get(k) for k in (*METRICS, *CI_FIELDS) if r.get(k) is not None}
+    return {**(r.get("metrics") or {}), **flat}
+
+
+def _check_intervals(figures: dict, where: str) -> None:
+    for metric in CI_METRICS:
+        low, high = figures.get(f"{metric}_ci95_low"), figures.get(f"{metric}_ci95_high")
+        if (low is None) != (high is None) or (low is not None and low > high):
+            raise ValueError(f"{metric}_ci95_low/high must both be set, low <= high, got {low}, {high} ({where})")
 
 
 @dataclass(frozen=True)
@@ -110,7 +145,12 @@ class Record:
     peak_gpu_mem_mb: float | None = None
     threads: int | None = None
     artifact_sha256: str | None = None
-    data_sha256: str | None = None
+    data_sha256: str | None = None  # of the dev split
+    # the validation split's figures, keyed as on the record (metrics and <metric>_ci95_low/_high):
+    # what `select` chooses on; None where the data has no validation split
+    validation_metrics: dict[str, float] | None = None
+    validation_rows: int | None = None
+    validation_sha256: str | None = None
     points: list[LatencyPoint] = field(default_factory=list)
 
     def __post_init__(self):
@@ -118,11 +158,10 @@ class Record:
             raise ValueError(f"record status must be one of {STATUSES}, got {self.status!r}")
         if self.status != "ok" and not self.reason:
             raise ValueError(f"a '{self.status}' record needs a reason ({self.artifact}/{self.target})")
-        for metric in CI_METRICS:
-            low, high = getattr(self, f"{metric}_ci95_low"), getattr(self, f"{metric}_ci95_high")
-            if (low is None) != (high is None) or (low is not None and low > high):
-                raise ValueError(f"{metric}_ci95_low/high must both be set, low <= high, got {low}, {high} "
-                                 f"({self.artifact}/{self.target})")
+        own = {k: getattr(self, k) for k in ("metrics", *METRICS, *CI_FIELDS, "validation_metrics")}
+        for split in SPLITS:
+            where = f"{self.artifact}/{self.target}" + (", validation" if split == "validation" else "")
+            _check_intervals(split_figures(own, split), where)
 
     @classmethod
     def skipped(cls, artifact: str, target: str, reason: str, format: str | None = None,
@@ -183,9 +222,14 @@ def read_report(path: str | Path) -> dict:
         for r in report["records"]:
             flat = {m: r[m] for m in ("accuracy", "f1", "token_accuracy") if r.get(m) is not None}
             r.setdefault("metrics", flat or None)
+        version = 2
+    if version == 2:  # before the validation split: no validation figures (select: no_validation)
+        for r in report["records"]:
+            for f in VALIDATION_FIELDS:
+                r.setdefault(f, None)
         report["schema_version"] = version = SCHEMA_VERSION
     if version != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema_version {version} is not one this version reads (1 or {SCHEMA_VERSION}); "
+        raise ValueError(f"{path}: schema_version {version} is not one this version reads (1 to {SCHEMA_VERSION}); "
                          "it was written by a newer version of the project: re-run the stage that wrote it")
     for r in report["records"]:
         Record.from_dict(r)
@@ -245,6 +289,9 @@ def has_metric(records: list[dict], metric: str) -> bool:
 
 CI_NOTE = ("Brackets: the 95% bootstrap interval of the metric over the dev rows (rows resampled with "
            "replacement, percentile interval); it does not include training-seed variance.")
+VALIDATION_NOTE = ("The validation column is the same metric on the validation split (held out from training, "
+                   "its brackets over its own rows): `select` chooses on it, so the dev columns stay an unbiased "
+                   "report of the choice.")
 
 
 def _has_ci(r: dict, metric: str) -> bool:
@@ -261,12 +308,30 @@ def metric_header(records: list[dict], metric: str, label: str) -> str:
     return f"{label} [95% CI]" if any(_has_ci(r, metric) for r in records) else label
 
 
+def has_validation(records: list[dict], metric: str) -> bool:
+    """True when any record carries `metric` on the validation split: its column is shown
+    (reports from before the split get none)."""
+    return any(split_figures(r, "validation").get(metric) is not None for r in records)
+
+
+def validation_header(records: list[dict], metric: str, label: str) -> str:
+    """The validation column's title: what chose, beside the dev columns that report."""
+    rows = [split_figures(r, "validation") for r in records]
+    return "validation " + metric_header(rows, metric, label) + " (chose)"
+
+
+def validation_cell(r: dict, metric: str) -> str:
+    return _pct_ci(split_figures(r, "validation"), metric)
+
+
 def records_table(records: list[dict]) -> str:
     metric, label = primary_metric(records)  # accuracy, or entity F1 for a tagger
     # the task's other metrics beside it: F1 (binary pair tasks) or macro-F1; no empty columns
     extra = [m for m in ("f1", "macro_f1") if m != metric and has_metric(records, m)]
+    val = has_validation(records, metric)  # the primary metric on the validation split, after dev's
     head = ("| artifact | target | status | format | precision | " + metric_header(records, metric, label)
-            + "".join(" | " + metric_header(records, m, METRIC_LABELS[m]) for m in extra) + " | agreement with parent "
+            + "".join(" | " + metric_header(records, m, METRIC_LABELS[m]) for m in extra)
+            + (" | " + validation_header(records, metric, label) if val else "") + " | agreement with parent "
             "| p50 ms (1×128) "
             "| p99 ms (1×128) | throughput seq/s (32×128) | dev stream sent/s | size MiB | params | peak RSS MiB "
             "| peak GPU MiB |")
@@ -275,7 +340,7 @@ def records_table(records: list[dict]) -> str:
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
         lines.append("| " + " | ".join([
             r["artifact"], r["target"], status, _fmt(r.get("format")), _fmt(r.get("precision")),
-            _pct_ci(r, metric), *[_pct_ci(r, m) for m in extra],
+            _pct_ci(r, metric), *[_pct_ci(r, m) for m in extra], *([validation_cell(r, metric)] if val else []),
             (f"{_pct(r['agreement_with_parent'])} vs {r['parent']}" if r.get("agreement_with_parent") is not None
              else "–"),
             _fmt(r.get("latency_ms_p50")), _fmt(r.get("latency_ms_p99")),
@@ -340,6 +405,8 @@ def render_markdown(report: dict) -> str:
         parts += ["## Results", "", records_table(report["records"]), ""]
         if has_interval(report["records"]):
             parts += [CI_NOTE, ""]
+        if has_validation(report["records"], primary_metric(report["records"])[0]):
+            parts += [VALIDATION_NOTE, ""]
     if any(r.get("points") for r in report["records"]):
         parts += ["## Latency points", "", points_table(report["records"]), ""]
     if report.get("details"):

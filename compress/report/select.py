@@ -1,18 +1,29 @@
 """Production selection: an explicit policy over the comparison's records.
 
+Chosen on validation, reported on dev. Every accuracy decision here (the floors, the
+filters) reads the records' `validation_metrics` only: the validation split is held out
+from training and from every report, so choosing the best of many artifacts on it leaves
+the dev figures an unbiased estimate of the choice (choosing on dev would flatter them).
+`selection.json` says `chosen_on: validation` and gives the choice's ratios to the
+teacher on both splits (`ratios_vs_teacher`): validation's chose, dev's are what a user
+can expect. The model card leads with the dev figures.
+
 `select(comparison, policy)` keeps the records of `policy.target` and rejects, with the
 rule each one failed:
 
 - `baseline`: the majority-class yardstick (compress.measure.baseline), never a candidate;
 - `not_measured`: the record is not `ok` on that target (skipped or failed, reason quoted);
-- `no_accuracy`: no accuracy (random-weight references);
-- `accuracy_floor`, `f1_floor`: the metric / the teacher's (same target) below
-  `accuracy_floor_vs_teacher`, for each metric of `floor_metrics` (default accuracy and
-  F1) that the teacher's record carries: F1 only exists for pair tasks (MRPC), so on
-  SST-2 only accuracy is checked. `floor_at` says which value of the artifact is compared:
-  `point` (the measured value) or `lower_bound` (the low end of its 95% bootstrap interval,
-  `<metric>_ci95_low`; a record without one is rejected). The teacher's side is always
-  its measured value. No teacher record on the target: nothing to compare with, rejected;
+- `no_accuracy`: nothing scored on either split (random-weight references);
+- `no_validation`: no figures on the validation split (a report from before the split, or
+  data prepared without one): it cannot be judged on the split that chooses;
+- `accuracy_floor`, `f1_floor`: the metric / the teacher's (same target), both on the
+  validation split, below `accuracy_floor_vs_teacher`, for each metric of `floor_metrics`
+  (default accuracy and F1) that the teacher's validation figures carry: F1 only exists
+  for pair tasks, so on a single-sentence task only accuracy is checked. `floor_at` says
+  which value of the artifact is compared: `point` (the measured value) or `lower_bound`
+  (the low end of its 95% bootstrap interval, `<metric>_ci95_low`; a record without one
+  is rejected). The teacher's side is always its measured value. No teacher validation
+  figures on the target: nothing to compare with, rejected;
 - `latency_limit`: p50 at the headline point above `max_latency_ms`;
 - `size_cap`: weight files above `max_size_mb`;
 
@@ -39,10 +50,11 @@ from pathlib import Path
 
 from compress.core.config import check
 from compress.core.io import atomic_dir, sha256_file
-from compress.report.schema import _pct_ci, has_interval, primary_metric
+from compress.report.schema import _pct_ci, has_interval, primary_metric, split_figures
 from compress.backends import registry
 
 TEACHER = "teacher"
+CHOSEN_ON, REPORTED_ON = "validation", "dev"  # the split whose figures choose; the one that reports
 TARGETS = ("cpu", "gpu")
 # metric -> how reasons name it: any metric a task reports (a record's `metrics` mapping)
 FLOOR_METRICS = {"accuracy": "accuracy", "f1": "F1", "macro_f1": "macro-F1", "precision": "precision",
@@ -59,7 +71,7 @@ RANKINGS = {
 @dataclass(frozen=True)
 class SelectPolicy:
     target: str = "cpu"
-    accuracy_floor_vs_teacher: float = 0.985  # metric / teacher's metric on the same target
+    accuracy_floor_vs_teacher: float = 0.985  # metric / teacher's metric on the same target, on validation
     # the floor applies to each of these the teacher's record has (F1: pair tasks only)
     floor_metrics: list[str] = field(default_factory=lambda: ["accuracy", "f1", "macro_f1"])
     floor_at: str = "point"  # point: the measured value | lower_bound: its 95% interval's low end
@@ -98,8 +110,8 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
                              "detail": "the majority-class yardstick, never a candidate"})
         elif r["status"] != "ok":
             rejected.append({"artifact": name, "rule": "not_measured", "detail": f"{r['status']}: {r['reason']}"})
-        elif r.get(metric) is None:
-            rejected.append({"artifact": name, "rule": "no_accuracy", "detail": f"no {label} measured"})
+        elif (missing := _no_figures(r, metric, label)) is not None:
+            rejected.append({"artifact": name, **missing})
         elif (failed := _floor_failure(r, teacher, policy)) is not None:
             rejected.append({"artifact": name, **failed})
         elif r.get("latency_ms_p50") is None:
@@ -117,22 +129,29 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
             survivors.append(r)
     key, higher_better, label = RANKINGS[policy.rank_by]
     survivors.sort(key=lambda r: (-r[key] if higher_better else r[key], r["size_mb"] or 0, r["artifact"]))
-    out = {"policy": asdict(policy), "teacher_accuracy": teacher_acc,
+    out = {"policy": asdict(policy), "chosen_on": CHOSEN_ON, "reported_on": REPORTED_ON,
+           # the teacher's dev figures (what the model card divides by) and, per split, its floor metrics
+           "teacher_accuracy": teacher_acc,
            "teacher_f1": teacher.get("f1") if teacher else None,
-           "teacher_macro_f1": teacher.get("macro_f1") if teacher else None, "candidates": len(records),
+           "teacher_macro_f1": teacher.get("macro_f1") if teacher else None,
+           **{f"teacher_{split}": _floor_values(teacher, policy, split) for split in (CHOSEN_ON, REPORTED_ON)},
+           "candidates": len(records),
            "qualified": [r["artifact"] for r in survivors], "rejected": rejected}
     if not survivors:
         rules = sorted({x["rule"] for x in rejected})
-        out.update(chosen=None, record=None, speedup_vs={},
+        out.update(chosen=None, record=None, speedup_vs={}, ratios_vs_teacher={},
                    reasons=[f"no artifact on {policy.target} meets the policy; rules that eliminated "
                             f"candidates: {', '.join(rules) or 'no candidates at all'}"])
         return out
     best = survivors[0]
     reasons = [_rank_reason(best, policy)]
-    for metric, ratio in floor_ratios(best, teacher, policy).items():
-        reasons.append(f"keeps {ratio:.2%} of the teacher's {FLOOR_METRICS[metric]} "
+    ratios = {split: floor_ratios(best, teacher, policy, split) for split in (CHOSEN_ON, REPORTED_ON)}
+    for metric, ratio in ratios[CHOSEN_ON].items():
+        dev = ratios[REPORTED_ON].get(metric)
+        reasons.append(f"keeps {ratio:.2%} of the teacher's {FLOOR_METRICS[metric]} on {CHOSEN_ON} "
                        f"(floor {policy.accuracy_floor_vs_teacher:.2%}"
-                       + (", at the interval's lower bound)" if policy.floor_at == "lower_bound" else ")"))
+                       + (", at the interval's lower bound" if policy.floor_at == "lower_bound" else "")
+                       + ("; on dev: " + ("not measured" if dev is None else f"{dev:.2%}")) + ")")
     speedups = {}
     for ref in [r for r in records if r["artifact"] in (TEACHER, *comparison.get("references", []))]:
         if ref["status"] == "ok" and ref.get("latency_ms_p50"):
@@ -144,28 +163,49 @@ def select(comparison: dict, policy: SelectPolicy) -> dict:
         runner_up = survivors[1]
         reasons.append(f"next: {runner_up['artifact']} at " + (
             f"{runner_up[key]:,.1f} sentences/s" if higher_better else f"{runner_up[key]:.2f} ms"))
-    out.update(chosen=best["artifact"], record=best, reasons=reasons, speedup_vs=speedups)
+    out.update(chosen=best["artifact"], record=best, reasons=reasons, speedup_vs=speedups,
+               ratios_vs_teacher=ratios)
     return out
 
 
-def metric_value(r: dict, metric: str) -> float | None:
-    """A record's value of `metric`: its flat field, else its `metrics` mapping."""
-    v = r.get(metric)
-    return v if v is not None else (r.get("metrics") or {}).get(metric)
+def metric_value(r: dict, metric: str, split: str = REPORTED_ON) -> float | None:
+    """A record's value of `metric` on `split`: on dev its flat field, else its `metrics`
+    mapping; on validation its `validation_metrics`."""
+    return split_figures(r, split).get(metric)
 
 
-def floor_ratios(r: dict, teacher: dict, policy: SelectPolicy) -> dict[str, float | None]:
-    """{metric: the artifact's value / the teacher's} for each floor metric the teacher's
-    record has; the artifact's value is its point or its interval's low end (floor_at),
-    None when the record lacks it."""
+def _floor_values(teacher: dict | None, policy: SelectPolicy, split: str) -> dict[str, float]:
+    """The teacher's value of each floor metric it has on `split` (the floors checked)."""
+    figures = split_figures(teacher, split) if teacher else {}
+    return {m: figures[m] for m in policy.floor_metrics if figures.get(m) is not None}
+
+
+def floor_ratios(r: dict, teacher: dict, policy: SelectPolicy, split: str = CHOSEN_ON) -> dict[str, float | None]:
+    """{metric: the artifact's value / the teacher's}, both on `split` (validation: what the
+    floors compare), for each floor metric the teacher has there; the artifact's value is
+    its point or its interval's low end (floor_at), None when the record lacks it."""
+    mine, theirs = split_figures(r, split), split_figures(teacher, split)
     out = {}
     for metric in policy.floor_metrics:
-        t = metric_value(teacher, metric)
+        t = theirs.get(metric)
         if t is None:  # the task does not report it (F1 on a single-sentence task): not checked
             continue
-        v = metric_value(r, metric) if policy.floor_at == "point" else r.get(f"{metric}_ci95_low")
+        v = mine.get(metric) if policy.floor_at == "point" else mine.get(f"{metric}_ci95_low")
         out[metric] = None if v is None else (v / t if t else float("inf"))
     return out
+
+
+def _no_figures(r: dict, metric: str, label: str) -> dict | None:
+    """`no_accuracy` when `r` scored nothing on either split (random-weight references),
+    `no_validation` when it has no validation figures to be chosen on; else None."""
+    on_validation = split_figures(r, CHOSEN_ON).get(metric)
+    if on_validation is None and split_figures(r, REPORTED_ON).get(metric) is None:
+        return {"rule": "no_accuracy", "detail": f"no {label} measured"}
+    if on_validation is None:
+        return {"rule": "no_validation",
+                "detail": f"no {label} on the validation split, which chooses (a report from before the split, "
+                          "or data prepared without one: re-run prepare and the stages that measure)"}
+    return None
 
 
 def _at(policy: SelectPolicy) -> str:
@@ -174,20 +214,20 @@ def _at(policy: SelectPolicy) -> str:
 
 def _floor_failure(r: dict, teacher: dict | None, policy: SelectPolicy) -> dict | None:
     """The first floor `r` fails, as {"rule", "detail"}, or None when it keeps them all."""
-    if teacher is None or teacher.get(primary_metric([teacher])[0]) is None:
+    if teacher is None or metric_value(teacher, primary_metric([teacher])[0], CHOSEN_ON) is None:
         metric = policy.floor_metrics[0]
         return {"rule": f"{metric}_floor",
-                "detail": f"no teacher {FLOOR_METRICS[metric]} on {policy.target} to compare with"}
+                "detail": f"no teacher {FLOOR_METRICS[metric]} on {CHOSEN_ON} on {policy.target} to compare with"}
     floor = policy.accuracy_floor_vs_teacher
-    for metric, ratio in floor_ratios(r, teacher, policy).items():
+    for metric, ratio in floor_ratios(r, teacher, policy, CHOSEN_ON).items():
         label = FLOOR_METRICS[metric]
         if ratio is None:
             return {"rule": f"{metric}_floor", "detail": (
-                f"no 95% interval of its {label} (floor_at lower_bound; reports from before intervals: re-measure)"
-                if policy.floor_at == "lower_bound" else f"no {label} measured")}
+                f"no 95% interval of its {CHOSEN_ON} {label} (floor_at lower_bound; reports from before intervals: "
+                "re-measure)" if policy.floor_at == "lower_bound" else f"no {CHOSEN_ON} {label} measured")}
         if ratio < floor:
             return {"rule": f"{metric}_floor",
-                    "detail": f"keeps {ratio:.2%} of the teacher's {label} < {floor:.2%}{_at(policy)}"}
+                    "detail": f"keeps {ratio:.2%} of the teacher's {label} on {CHOSEN_ON} < {floor:.2%}{_at(policy)}"}
     return None
 
 
@@ -221,8 +261,8 @@ def model_card(selection: dict, environment: dict) -> str:
     p = selection["policy"]
     libs = ", ".join(f"{k} {v}" for k, v in environment.get("libraries", {}).items() if v)
     load = registry.get(r["format"]).usage
-    # the floors the choice was held to: those the teacher has a value for (F1: pair tasks)
-    floored = [m for m in p.get("floor_metrics", ["accuracy"]) if selection.get(f"teacher_{m}") is not None]
+    # the floors the choice was held to: those the teacher has a validation value for (F1: pair tasks)
+    floored = list(selection.get(f"teacher_{CHOSEN_ON}") or {})
     kept = " and ".join(f"{FLOOR_METRICS[m]} {r[m] / selection[f'teacher_{m}']:.2%}"
                         for m in FLOOR_METRICS if r.get(m) is not None and selection.get(f"teacher_{m}"))
     return "\n".join([
@@ -232,11 +272,13 @@ def model_card(selection: dict, environment: dict) -> str:
         + {"dev_stream_throughput": "highest real-length dev throughput",
            "p50_real_length": "fastest at real lengths (batch 1)"}.get(p.get("rank_by"), "fastest")
         + " artifact keeping at least "
-        f"{p['accuracy_floor_vs_teacher']:.1%} of the teacher's dev "
+        f"{p['accuracy_floor_vs_teacher']:.1%} of the teacher's "
         + (" and ".join(FLOOR_METRICS[m] for m in floored) or "accuracy")
         + (" at the low end of its 95% interval" if p.get("floor_at") == "lower_bound" else "")
+        + f" on the {CHOSEN_ON} split"
         + (f", p50 <= {p['max_latency_ms']} ms" if p.get("max_latency_ms") else "")
-        + (f", size <= {p['max_size_mb']} MiB" if p.get("max_size_mb") else "") + ".",
+        + (f", size <= {p['max_size_mb']} MiB" if p.get("max_size_mb") else "") + ". "
+        f"The metrics below are the {REPORTED_ON} split's, which played no part in the choice: what to expect.",
         "",
         "## What it is",
         f"- format `{r['format']}`, precision `{r['precision']}`, backend `{r['backend']}`",
@@ -251,6 +293,7 @@ def model_card(selection: dict, environment: dict) -> str:
          + (f", word tag accuracy {r['token_accuracy']:.2%}" if r.get("token_accuracy") is not None else ""))
         + (f" ({kept} of the teacher's)" if kept else "")
         + ("; brackets: 95% bootstrap interval over the dev rows" if has_interval([r]) else ""),
+        *_validation_lines(selection),
         f"- latency p50 {r['latency_ms_p50']:.2f} ms, p99 {r['latency_ms_p99']:.2f} ms at batch 1, seq 128; "
         f"throughput {r['throughput_seq_per_s']} seq/s at batch 32, seq 128"
         + (f"; p50 {r['real_latency_ms_p50']:.2f} ms, p99 {r['real_latency_ms_p99']:.2f} ms at batch 1 over dev texts "
@@ -270,6 +313,20 @@ def model_card(selection: dict, environment: dict) -> str:
         "or `compress predict \"some text\"` (verifies the sha256 in artifact.json first).",
         "",
     ])
+
+
+def _validation_lines(selection: dict) -> list[str]:
+    """The card's line on the split that chose: the floor metrics on validation and the
+    share of the teacher's each keeps (none for a record without validation figures)."""
+    r, teacher = selection["record"], selection.get(f"teacher_{CHOSEN_ON}") or {}
+    figures = split_figures(r, CHOSEN_ON)
+    shown = [m for m in FLOOR_METRICS if figures.get(m) is not None and m in teacher]
+    if not shown:
+        return []
+    kept = " and ".join(f"{FLOOR_METRICS[m]} {figures[m] / teacher[m]:.2%}" for m in shown if teacher[m])
+    return [f"- on the {CHOSEN_ON} split ({r.get('validation_rows')} rows), which chose it: "
+            + ", ".join(f"{FLOOR_METRICS[m]} {_pct_ci(figures, m)}" for m in shown)
+            + (f" ({kept} of the teacher's)" if kept else "")]
 
 
 def promote(selection: dict, environment: dict, out_dir: str | Path) -> dict | None:
