@@ -385,7 +385,7 @@ def _check_classes(counts: Counter, task: Task, where: str) -> None:
         (only,) = counts
         unit = task.kind_impl.count_unit
         raise DataError(f"{where} holds only the label '{task.label_names[only]}' ({counts[only]} {unit}): a "
-                        f"{task.num_labels}-class task needs more than one class in both splits; check the file "
+                        f"{task.num_labels}-class task needs more than one class in every split; check the file "
                         "(or the max_*_rows slice)")
 
 
