@@ -158,14 +158,14 @@ def test_tagger_trains_and_is_scored_on_entities(conll):
     from compress.training.train import predict_logits
 
     root, _, prepared, summary = conll
-    assert set(summary["final_dev"]) == {"f1", "precision", "recall", "token_accuracy"}
+    assert set(summary["final_validation"]) == {"f1", "precision", "recall", "token_accuracy"}
     model, tok = load_saved(root / "teacher")
     assert type(model).__name__ == "BertForTokenClassification"
     dev = encode(tok, prepared.split("dev"), 64)
     logits = predict_logits(model, dev)
     assert logits.shape == (25, 9)  # one scored position per word
     m = task_metrics(prepared.task, dev, logits)
-    assert m == summary["final_dev"]  # the saved model is the trained one
+    assert m == summary["final_validation"]  # the saved model is the trained one
     assert m["f1"] == round(entity_metrics_of(dev, logits.argmax(-1), TAGS)["f1"], 6)
     assert m["token_accuracy"] > 0.8  # it learnt the 4 sentences it saw 8 times
 
@@ -207,7 +207,7 @@ def test_teacher_cache_is_per_word_in_float16_and_distils(conll, tmp_path):
     assert summary["student"]["steps"] == summary["control"]["steps"] == 8
     student, _ = load_saved(tmp_path / "student")
     assert type(student).__name__ == "BertForTokenClassification" and student.config.num_hidden_layers == 1
-    assert 0 <= summary["student"]["final_dev"]["f1"] <= 1
+    assert 0 <= summary["student"]["final_validation"]["f1"] <= 1
 
 
 def test_augmentation_is_refused_for_tagging(conll, tmp_path):
