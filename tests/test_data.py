@@ -227,8 +227,8 @@ def test_hub_rows_are_validated(monkeypatch):
 
 def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
     """Prepared.calibration_rows: seeded, training rows only, every row when asked for more;
-    the OpenVINO slices are exactly its rows (calibration first, then validation)."""
-    from compress.backends.openvino_ir import OpenVinoConfig, training_slices
+    OpenVINO calibrates on exactly its rows and checks accuracy on the validation split."""
+    from compress.backends.openvino_ir import OpenVinoConfig, quantization_slices
     from compress.data.prepare import Prepared
     from compress.data.tokens import encode
     from conftest import tiny_model
@@ -240,7 +240,8 @@ def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
     assert rows == prepared.calibration_rows(10, seed=3) and rows != prepared.calibration_rows(10, seed=4)
     assert sorted(map(repr, prepared.calibration_rows(10_000, seed=0))) == sorted(map(repr, train))
     _, tok = tiny_model()
-    calib, val, info = training_slices(prepared_sst2, tok, OpenVinoConfig(calibration_rows=6, validation_rows=4, seed=3))
-    expected = encode(tok, prepared.calibration_rows(10, seed=3), 128)
+    calib, val, info = quantization_slices(prepared_sst2, tok, OpenVinoConfig(calibration_rows=6, validation_rows=4, seed=3))
+    expected = encode(tok, prepared.calibration_rows(6, seed=3) + prepared.validation(), 128)
     got = [c["input_ids"][0].tolist() for c in calib] + [v["inputs"]["input_ids"][0].tolist() for v in val]
     assert got == [list(ids) for ids in expected.input_ids] and info["train_rows"] == len(train)
+    assert info["validation_split"] == "validation" and info["validation_rows"] == len(prepared.validation()) == 4
