@@ -226,9 +226,10 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
     def val_metrics():
         return task_metrics(task, val, predict_logits(model, val))
 
-    summary = {"config": asdict(cfg), "eval_split": "validation", "before": {"validation": val_metrics(), "params": count_parameters(model),
-                                                 "heads_per_layer": heads_per_layer(model),
-                                                 "intermediate_size": model.config.intermediate_size}}
+    summary = {"config": asdict(cfg), "eval_split": "validation",
+               "before": {"validation": val_metrics(), "params": count_parameters(model),
+                          "heads_per_layer": heads_per_layer(model),
+                          "intermediate_size": model.config.intermediate_size}}
     seed_everything(cfg.seed)
     n_batches = -(-min(cfg.importance_rows, len(train)) // cfg.importance_batch_size)
     with tqdm(total=n_batches, desc="importance", unit="batch") as bar:
