@@ -150,6 +150,32 @@ def test_teacher_keeps_the_seed_best_on_validation_and_reports_every_seed(poison
     assert sorted(p.name for p in (poisoned / "curves").iterdir()) == ["eval.csv", "train.csv"]
 
 
+def test_the_kept_teacher_is_the_argmax_of_validation_not_the_last_or_first(poisoned, tmp_path, monkeypatch):
+    """Scripted validation figures per seed (fine-tuning itself stubbed): the middle seed
+    is the best and is the one saved; the curves are its own."""
+    import torch
+
+    from compress.training import teacher as teacher_mod
+    from compress.training.models import load_saved
+
+    scores = {5: 0.6, 6: 0.8, 7: 0.7}
+
+    def fake_finetune(model, train, val, cfg, task, curves, desc="", loss_fn=None):
+        with torch.no_grad():
+            model.classifier.bias.fill_(cfg.seed)  # marks the weights as this seed's
+        for name in ("train.csv", "eval.csv"):
+            (curves / name).write_text(f"seed,{cfg.seed}\n")
+        return {"steps": 1, "train_wall_s": 0.0, "final_validation": {"accuracy": scores[cfg.seed]}}
+
+    monkeypatch.setattr(teacher_mod, "finetune", fake_finetune)
+    cfg = build(teacher_mod.TeacherConfig, {"model": "random:tiny", "seeds": [5, 6, 7], "train": steps(1)}, "teacher")
+    summary = teacher_mod.build_teacher(cfg, Prepared.open(poisoned / "prepared"), tmp_path / "t", tmp_path / "c")
+    assert summary["chosen_seed"] == 6 and [r["validation"]["accuracy"] for r in summary["seeds"]] == [0.6, 0.8, 0.7]
+    model, _ = load_saved(tmp_path / "t")
+    assert float(model.classifier.bias[0]) == 6.0
+    assert (tmp_path / "c/eval.csv").read_text() == "seed,6\n" and not list((tmp_path / "c").glob("seed-*"))
+
+
 def test_logits_distillation_pruning_and_parity_never_read_dev(poisoned, teacher):
     from compress.backends.onnx_export import parity_batches
     from compress.backends.openvino_ir import OpenVinoConfig, quantization_slices
