@@ -2,6 +2,8 @@
 terms, training length. Each setting builds the teacher-logits cache (with its
 augmentation) and distils a student with the pipeline's own verbs, one after another in
 one process, from one teacher; the label-only control is trained once per distinct budget.
+Each student is scored on the validation split (what a choice between settings should
+read) and on dev (what the reports print), side by side.
 
     python benchmarks/distill_levers.py --prepared data/prepared --teacher models/teacher \
         --setting "teacher_logits.augment.size=0" \
@@ -40,6 +42,19 @@ def parse_value(value: str):
         except ValueError:
             pass
     return yaml.safe_load(value)  # lists, null, true/false
+
+
+def dev_metrics(model_dir: Path, prepared: Prepared, max_length: int = 128) -> dict:
+    """A saved model's task metrics on the dev split: reported beside the validation
+    figures the stages chose on, never used to choose."""
+    from compress.data.tokens import encode
+    from compress.measure.metrics import task_metrics
+    from compress.training.models import load_saved
+    from compress.training.train import predict_logits
+
+    model, tokenizer = load_saved(model_dir)
+    dev = encode(tokenizer, prepared.split("dev"), max_length)
+    return task_metrics(prepared.task, dev, predict_logits(model, dev))
 
 
 def parse_setting(text: str) -> dict:
@@ -82,9 +97,10 @@ def main(argv=None) -> int:
             st = summary["student"]
             row = {"setting": text, "transfer_rows": summary["transfer_rows"], "steps": st["steps"],
                    "cache_s": round(cache_s, 1), "student_train_s": st["train_wall_s"],
-                   "student": st["final_dev"]}
+                   "student": {"validation": st["final_validation"], "dev": dev_metrics(tmp / "student", prepared)}}
             if "control" in summary:
-                row["control"] = summary["control"]["final_dev"]
+                row["control"] = {"validation": summary["control"]["final_validation"],
+                                  "dev": dev_metrics(tmp / "control", prepared)}
                 row["control_train_s"] = summary["control"]["train_wall_s"]
             results.append(row)
             print(json.dumps(row), flush=True)

@@ -79,6 +79,8 @@ def cmd_validate_data(args) -> None:
             continue
         n = sum(1 for _ in read_split(cfg, split, task))
         print(f"{split}: {n} rows OK")
+    cap = f", at most {cfg.max_validation_rows} rows" if cfg.max_validation_rows is not None else ""
+    print(f"validation: prepare carves {cfg.validation_fraction:.0%} of train{cap} (what every choice reads)")
 
 
 def cmd_measure(args) -> None:

@@ -1,6 +1,7 @@
 """Stage `inc`: accuracy-aware INT8 of the student with Intel Neural Compressor's
-`autotune` (the task's primary dev metric as the objective: accuracy for SST-2 and MRPC,
-entity F1 for CoNLL-2003), measured beside the float student."""
+`autotune` (the task's primary metric on the validation split as the objective: accuracy
+for a classifier, entity F1 for a tagger; dev only reports), measured beside the float
+student."""
 import time
 
 from compress.core.config import section
@@ -29,20 +30,21 @@ def main(params: dict) -> None:
     mcfg = section(params, "measure", MeasureConfig)
     prepared = Prepared.open(PREPARED)
     model, tokenizer = load_saved(MODELS / PARENT)
-    dev = encode(tokenizer, prepared.split("dev"), mcfg.eval_max_length)
+    val = encode(tokenizer, prepared.validation(), mcfg.eval_max_length)
     task, objective = prepared.task, prepared.task.primary_metric
 
-    def dev_objective(m) -> float:  # the tuning objective: the same dev split and metric the reports use
-        return task_metrics(task, dev, predict_logits(m, dev))[objective]
+    def val_objective(m) -> float:  # the tuning objective: the reports' metric, on validation (never dev)
+        return task_metrics(task, val, predict_logits(m, val))[objective]
 
-    # Calibration: a seeded sample of training rows (never dev), length-sorted batches.
+    # Calibration: a seeded sample of training rows (never validation or dev), length-sorted batches.
     calib = encode(tokenizer, prepared.calibration_rows(cfg.calibration_rows, seed=0), mcfg.eval_max_length)
     batches = [collate(calib, b) for b in eval_batches(calib.lengths(), 32)]
     try:
-        qmodel, tuning = inc_autotune(model, dev_objective, batches, cfg, objective)
+        qmodel, tuning = inc_autotune(model, val_objective, batches, cfg, objective)
     except IncGoalNotMet as e:  # keep what was tried, then fail the stage
         write_report(make_report("inc", [], environment(mcfg.threads), {"tuning": e.report}), REPORTS)
         raise
+    tuning = {**tuning, "objective_split": "validation"}  # the reports' dev figures never steered it
     save_inc_int8(qmodel, tokenizer, MODELS / NAME, extra={"tuning": tuning}, parent=MODELS / PARENT)
     measure_and_report("inc", [Artifact(NAME, MODELS / NAME, "pytorch_inc", "int8", parent=PARENT)],
                        [Artifact(PARENT, MODELS / PARENT)], mcfg, {"tuning": tuning}, t0)

@@ -1,6 +1,6 @@
 """Stage `openvino`: OpenVINO IRs of the plain ONNX exports of the student and the pruned
 student (FP32, the same IR run as BF16, and NNCF INT8 calibrated on training rows only),
-parity-checked against ONNX Runtime FP32 on dev batches (the stage fails when the FP32 IR
+parity-checked against ONNX Runtime FP32 on validation batches (the stage fails when the FP32 IR
 is off by more than `parity_atol`), measured beside the fused ONNX FP32 parents."""
 import time
 

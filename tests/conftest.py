@@ -232,8 +232,8 @@ def conll(tmp_path_factory):
     card = prepare(preset("conll2003", root / "src"), root / "prepared")
     prepared = Prepared.open(root / "prepared")
     model, tok, _ = load_classifier("random:tiny", 9, seed=0, kind="token")
-    train, dev = (encode(tok, prepared.split(s), 64) for s in ("train", "dev"))
-    summary = finetune(model, train, dev, FinetuneConfig(epochs=12, batch_size=8, lr=5e-3, eval_every_steps=0,
+    train, val = (encode(tok, prepared.split(s), 64) for s in ("train", "validation"))
+    summary = finetune(model, train, val, FinetuneConfig(epochs=12, batch_size=8, lr=5e-3, eval_every_steps=0,
                                                          log_every_steps=1), prepared.task, root / "curves")
     save_classifier(model, tok, root / "teacher", task=prepared.task)
     return root, card, prepared, summary
@@ -241,7 +241,7 @@ def conll(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def conll_prepared(tmp_path_factory) -> Path:
-    """The small CoNLL directory (write_conll), prepared (32 train sentences); no model."""
+    """The small CoNLL directory (write_conll), prepared (28 train sentences, 4 carved as validation); no model."""
     from compress.data.prepare import prepare
 
     root = tmp_path_factory.mktemp("conll_prepared")

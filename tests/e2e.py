@@ -28,7 +28,7 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
     """Every stage on a slice of the real data, one short epoch each."""
     return {
         "prepare": {"task": task, "source": str(SHARED_DATA / task), "max_train_rows": train_rows,
-                    "max_dev_rows": 64},
+                    "max_dev_rows": 64, "max_validation_rows": 64},
         # The task presets (by_task) win over the section: shrink them too, or the MRPC
         # recipe's 575 teacher steps and 4x augmentation run on the tiny slice.
         # min_steps 0: the base recipe's floor of steps (for small real datasets) would turn

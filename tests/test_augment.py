@@ -102,7 +102,7 @@ def mrpc_setup(tmp_path_factory):
     rows = [[str(e.label), str(i), str(i + 50), e.text_a, e.text_b] for i, e in enumerate(PAIRS)]
     write_tsv(tmp / "src" / "train.tsv", header, rows, bom=True)
     write_tsv(tmp / "src" / "dev.tsv", header, rows[:4], bom=True)
-    prepare(preset("mrpc", str(tmp / "src")), tmp / "prepared")
+    prepare(preset("mrpc", str(tmp / "src")), tmp / "prepared")  # 8 train pairs: 2 carved as validation
     model, tok = tiny_model()
     save_classifier(model, tok, tmp / "teacher", ["not_equivalent", "equivalent"])
     return tmp, Prepared.open(tmp / "prepared")
@@ -113,16 +113,16 @@ def test_cache_labels_train_then_augmented_rows(mrpc_setup):
     cfg = CacheConfig(max_length=32, augment=AugmentConfig(kinds=["swap", "cross_pair"], size=1.5, seed=0))
     cache_teacher_outputs(tmp / "teacher", prepared, tmp / "cache", cfg)
     rows, logits, meta = load_transfer(tmp / "cache", prepared)
-    assert len(rows) == len(logits) == 10 + 15 and rows[:10] == prepared.split("train")
-    assert meta["augmentation"]["rows_per_kind"] == {"swap": 8, "cross_pair": 7}
+    assert len(rows) == len(logits) == 8 + 12 and rows[:8] == prepared.split("train")
+    assert meta["augmentation"]["rows_per_kind"] == {"swap": 6, "cross_pair": 6}
     assert set(meta["augmentation"]["teacher_positive_share"]) == {"swap", "cross_pair"}
     # unaugmented: the cache is the train split and meta.json has no augmentation block
     cache_teacher_outputs(tmp / "teacher", prepared, tmp / "plain", CacheConfig(max_length=32))
     rows0, logits0, meta0 = load_transfer(tmp / "plain", prepared)
-    assert len(rows0) == 10 and "augmentation" not in meta0
-    np.testing.assert_allclose(logits0, logits[:10], atol=1e-4)  # same rows; batches pad differently
+    assert len(rows0) == 8 and "augmentation" not in meta0
+    np.testing.assert_allclose(logits0, logits[:8], atol=1e-4)  # same rows; batches pad differently
     (tmp / "plain" / "augmented.jsonl").write_text((tmp / "cache" / "augmented.jsonl").read_text())
-    with pytest.raises(Exception, match="10 cached logits for 25 transfer rows"):
+    with pytest.raises(Exception, match="8 cached logits for 20 transfer rows"):
         load_transfer(tmp / "plain", prepared)
 
 
@@ -133,7 +133,7 @@ def test_control_trains_on_gold_rows_with_the_students_step_budget(mrpc_setup):
     dcfg = DistillConfig(student_layers=[0], train=FinetuneConfig(epochs=1.0, batch_size=4, eval_every_steps=0))
     s = distill(dcfg, tmp / "teacher", tmp / "cache2", prepared, tmp / "student", tmp / "c1",
                 tmp / "control", tmp / "c2", eval_max_length=32)
-    assert s["transfer_rows"] == 30 and s["gold_rows"] == 10
-    assert s["student"]["steps"] == 8  # ceil(30 / 4) steps: one epoch of the transfer set
-    assert s["control"]["steps"] == 8 and s["control"]["train_rows"] == 10  # same budget, gold rows only
+    assert s["transfer_rows"] == 24 and s["gold_rows"] == 8
+    assert s["student"]["steps"] == 6  # ceil(24 / 4) steps: one epoch of the transfer set
+    assert s["control"]["steps"] == 6 and s["control"]["train_rows"] == 8  # same budget, gold rows only
     assert json.loads((tmp / "student" / "config.json").read_text())["finetuning_task"] == "mrpc"

@@ -56,7 +56,7 @@ def test_dev_carve_is_seeded_stratified_and_disjoint(tmp_path):
     card = prepare(banking(src, dev_fraction=0.25, seed=3), tmp_path / "out")
     p = Prepared.open(tmp_path / "out")
     train, dev = p.split("train"), p.split("dev")
-    assert len(train) == 75 and len(dev) == 25
+    assert len(train) == 65 and len(dev) == 25 and len(p.validation()) == 10  # validation: 10% of the 75 left
     assert set(card["splits"]["dev"]["label_counts"].values()) == {5}  # 25% of each intent's 20 rows
     assert not {(e.text_a, e.label) for e in train} & {(e.text_a, e.label) for e in dev}
     assert card["dev_carved"]["rows"] == 25 and len(card["dev_carved"]["row_ids_sha256"]) == 64
@@ -142,8 +142,8 @@ def test_tagger_tags_come_from_the_data_iob1_and_iob2(tmp_path):
     d = tmp_path / "tags"
     d.mkdir()
     # IOB1: an entity may open with I-; B- only splits two adjacent entities of one type
-    (d / "train.tsv").write_text("The\tO\naspirin\tI-Drug\ndose\tO\n\nfever\tI-Symptom\nand\tO\n"
-                                 "cough\tI-Symptom\ncold\tB-Symptom\n\n")
+    (d / "train.tsv").write_text(("The\tO\naspirin\tI-Drug\ndose\tO\n\nfever\tI-Symptom\nand\tO\n"
+                                  "cough\tI-Symptom\ncold\tB-Symptom\n\n") * 2)  # twice: one of each to validation
     (d / "devel.tsv").write_text("aspirin\tB-Drug\nhelps\tO\n\n")
     card = prepare(preset("ncbi_disease", d), tmp_path / "out")
     assert card["labels"] == ["O", "B-Drug", "I-Drug", "B-Symptom", "I-Symptom"]
@@ -227,8 +227,8 @@ def test_hub_rows_are_validated(monkeypatch):
 
 def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
     """Prepared.calibration_rows: seeded, training rows only, every row when asked for more;
-    the OpenVINO slices are exactly its rows (calibration first, then validation)."""
-    from compress.backends.openvino_ir import OpenVinoConfig, training_slices
+    OpenVINO calibrates on exactly its rows and checks accuracy on the validation split."""
+    from compress.backends.openvino_ir import OpenVinoConfig, quantization_slices
     from compress.data.prepare import Prepared
     from compress.data.tokens import encode
     from conftest import tiny_model
@@ -240,7 +240,8 @@ def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
     assert rows == prepared.calibration_rows(10, seed=3) and rows != prepared.calibration_rows(10, seed=4)
     assert sorted(map(repr, prepared.calibration_rows(10_000, seed=0))) == sorted(map(repr, train))
     _, tok = tiny_model()
-    calib, val, info = training_slices(prepared_sst2, tok, OpenVinoConfig(calibration_rows=6, validation_rows=4, seed=3))
-    expected = encode(tok, prepared.calibration_rows(10, seed=3), 128)
+    calib, val, info = quantization_slices(prepared_sst2, tok, OpenVinoConfig(calibration_rows=6, validation_rows=4, seed=3))
+    expected = encode(tok, prepared.calibration_rows(6, seed=3) + prepared.validation(), 128)
     got = [c["input_ids"][0].tolist() for c in calib] + [v["inputs"]["input_ids"][0].tolist() for v in val]
     assert got == [list(ids) for ids in expected.input_ids] and info["train_rows"] == len(train)
+    assert info["validation_split"] == "validation" and info["validation_rows"] == len(prepared.validation()) == 4

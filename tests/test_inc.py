@@ -1,5 +1,5 @@
 """Intel Neural Compressor route (compress/backends/inc.py): accuracy-aware INT8 autotune on a tiny
-BERT with scripted dev accuracies, the report, float-kept layers, INT8 word embeddings,
+BERT with scripted validation accuracies, the report, float-kept layers, INT8 word embeddings,
 INT8 storage without pickle."""
 from __future__ import annotations
 
@@ -343,17 +343,17 @@ def test_tagger_tunes_on_entity_f1_and_runs_through_the_runner(conll, tmp_path):
     root, _, prepared, _ = conll
     task = prepared.task
     model, tok = load_saved(root / "teacher")
-    dev = encode(tok, prepared.split("dev"), 64)
+    val, dev = (encode(tok, rows, 64) for rows in (prepared.validation(), prepared.split("dev")))
     scores = []
 
-    def dev_objective(m) -> float:  # as pipelines/inc.py: the task's primary metric on dev
-        scores.append(task_metrics(task, dev, predict_logits(m, dev))[task.primary_metric])
+    def val_objective(m) -> float:  # as pipelines/inc.py: the task's primary metric on validation
+        scores.append(task_metrics(task, val, predict_logits(m, val))[task.primary_metric])
         return scores[-1]
 
     calib = encode(tok, prepared.split("train")[:8], 64)
     batches = [collate(calib, b) for b in eval_batches(calib.lengths(), 4)]
     cfg = IncConfig(approaches=["dynamic"], max_trials=1, calibration_rows=8, on_miss="best")
-    qmodel, report = inc_autotune(model, dev_objective, batches, cfg, task.primary_metric)
+    qmodel, report = inc_autotune(model, val_objective, batches, cfg, task.primary_metric)
     assert task.primary_metric == "f1" and report["objective"] == "f1"
     assert report["baseline_accuracy"] == scores[0] > 0 and report["trials"][0]["accuracy"] == scores[1]
     assert report["float_linears"] == ["classifier"]  # keep_fp32's "pooler" names nothing here

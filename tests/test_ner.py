@@ -127,7 +127,8 @@ def test_entities_in_raw_text_have_character_spans():
 
 def test_prepare_writes_sentences_and_an_entity_card(conll):
     root, card, prepared, _ = conll
-    assert card["kind"] == "token_classification" and card["splits"]["dev"]["rows"] == 4 and card["splits"]["train"]["rows"] == 32
+    assert card["kind"] == "token_classification" and card["splits"]["dev"]["rows"] == 4
+    assert card["splits"]["train"]["rows"] == 28 and card["splits"]["validation"]["rows"] == 4  # 32, 4 carved
     assert card["splits"]["dev"]["entities"] == {"PER": 1, "ORG": 2, "LOC": 1, "MISC": 3}
     assert card["splits"]["dev"]["tokens"] == 25 and card["splits"]["dev"]["tag_counts"]["O"] == 16
     dev = prepared.split("dev")
@@ -158,14 +159,15 @@ def test_tagger_trains_and_is_scored_on_entities(conll):
     from compress.training.train import predict_logits
 
     root, _, prepared, summary = conll
-    assert set(summary["final_dev"]) == {"f1", "precision", "recall", "token_accuracy"}
+    assert set(summary["final_validation"]) == {"f1", "precision", "recall", "token_accuracy"}
     model, tok = load_saved(root / "teacher")
     assert type(model).__name__ == "BertForTokenClassification"
     dev = encode(tok, prepared.split("dev"), 64)
     logits = predict_logits(model, dev)
     assert logits.shape == (25, 9)  # one scored position per word
     m = task_metrics(prepared.task, dev, logits)
-    assert m == summary["final_dev"]  # the saved model is the trained one
+    val = encode(tok, prepared.validation(), 64)
+    assert task_metrics(prepared.task, val, predict_logits(model, val)) == summary["final_validation"]  # the saved model
     assert m["f1"] == round(entity_metrics_of(dev, logits.argmax(-1), TAGS)["f1"], 6)
     assert m["token_accuracy"] > 0.8  # it learnt the 4 sentences it saw 8 times
 
@@ -195,11 +197,11 @@ def test_teacher_cache_is_per_word_in_float16_and_distils(conll, tmp_path):
     root, _, prepared, _ = conll
     meta = cache_teacher_outputs(root / "teacher", prepared, tmp_path / "cache", CacheConfig(max_length=64))
     logits = np.load(tmp_path / "cache/logits.npy")
-    assert logits.dtype == np.float16 and logits.shape == (meta["positions"], 9) and meta["rows"] == 32
+    assert logits.dtype == np.float16 and logits.shape == (meta["positions"], 9) and meta["rows"] == 28
     assert meta["storage"]["max_abs_logit_error"] < 0.01 and meta["storage"]["max_kl_t2"] < 1e-4
     assert meta["teacher_train_accuracy"] > 0.8
     rows, cached, _ = load_transfer(tmp_path / "cache", prepared)
-    assert len(rows) == 32 and len(cached) == meta["positions"]
+    assert len(rows) == 28 and len(cached) == meta["positions"]
     cfg = DistillConfig(student_layers=[1], train=FinetuneConfig(epochs=2, batch_size=8, lr=5e-3,
                                                                  eval_every_steps=0))
     summary = distill(cfg, root / "teacher", tmp_path / "cache", prepared, tmp_path / "student",
@@ -207,7 +209,7 @@ def test_teacher_cache_is_per_word_in_float16_and_distils(conll, tmp_path):
     assert summary["student"]["steps"] == summary["control"]["steps"] == 8
     student, _ = load_saved(tmp_path / "student")
     assert type(student).__name__ == "BertForTokenClassification" and student.config.num_hidden_layers == 1
-    assert 0 <= summary["student"]["final_dev"]["f1"] <= 1
+    assert 0 <= summary["student"]["final_validation"]["f1"] <= 1
 
 
 def test_augmentation_is_refused_for_tagging(conll, tmp_path):

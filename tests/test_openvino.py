@@ -1,6 +1,6 @@
 """OpenVINO IRs: FP32 parity with ONNX Runtime (and the gate that stops a bad IR), INT8 by
-NNCF with int8 embedding tables, calibration on training rows only, the accuracy-control
-fallback, the runner inside the measurement harness, the gpu/bf16 skip reasons, and a
+NNCF with int8 embedding tables, calibration on training rows only, the accuracy check and accuracy-control
+on validation rows, the runner inside the measurement harness, the gpu/bf16 skip reasons, and a
 tagger (per-token logits, entity-F1 validation).
 
 One tiny uneven-head pruned BERT (the harder of the two students to convert) is exported
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from compress.data.prepare import Prepared, prepare
 from compress.training.models import save_classifier
 from compress.backends.onnx_export import ExportConfig, count_initializer_params, cpu_session, export_onnx, run_session
 from compress.backends.openvino_ir import (OpenVinoConfig, OpenVinoParityError, build_openvino, convert_onnx,
-                                  embedding_tables, quantize_embedding_tables, quantize_openvino, training_slices)
+                                  embedding_tables, quantize_embedding_tables, quantize_openvino, quantization_slices)
 from compress.backends.openvino_runner import OpenVinoIrError, OpenVinoRunner, compile_config, gpu_unavailable, parity_check
 from compress.backends.base import Artifact, load_runner, skip_reason
 from conftest import CONLL_TAGS, preset, tiny_model, write_tsv
@@ -52,6 +53,22 @@ def ragged(rows: int, seq: int, seed: int = 0) -> dict[str, np.ndarray]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
+def label_with_predictions(model, tok, prepared) -> None:
+    """Rewrite the validation rows' labels as the float model's own predictions. A random
+    model scores chance on real labels, so an accuracy check on them cannot see an INT8 IR
+    that flips every prediction (on an AVX2 EPYC plain PTQ of this model agreed with FP32
+    on no row and still scored higher on the real labels); on these labels accuracy is
+    agreement with FP32, which is what the check is for."""
+    from compress.data.prepare import json_line
+    from compress.data.tokens import encode
+    from compress.training.train import predict_logits
+
+    rows = prepared.validation()
+    preds = predict_logits(model, encode(tok, rows, 128)).argmax(-1)
+    (prepared.root / "validation.jsonl").write_text(
+        "".join(json_line(replace(r, label=int(p)), prepared.task) for r, p in zip(rows, preds)))
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """Export (project code) and build the FP32 and INT8 IRs once. The INT8 IR is built from
@@ -60,7 +77,8 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("ov")
     write_tsv(root / "sst2/train.tsv", ["sentence", "label"], TRAIN)
     write_tsv(root / "sst2/dev.tsv", ["sentence", "label"], DEV)
-    prepare(preset("sst2", str(root / "sst2")), root / "prepared")
+    # half the 40 training rows carved as validation: 20 calibrate, 20 check accuracy
+    prepare(preset("sst2", str(root / "sst2"), validation_fraction=0.5), root / "prepared")
     model, tok = tiny_model()
     model.bert.prune_heads({0: [0], 1: [1, 2]})  # uneven heads per layer, like the pruned student
     with torch.no_grad():  # logits of a useful size, so differences are meaningful
@@ -68,6 +86,7 @@ def built(tmp_path_factory):
         model.classifier.weight.normal_(0.0, 2.0)
     save_classifier(model, tok, root / "student", ["negative", "positive"])
     prepared = Prepared.open(root / "prepared")
+    label_with_predictions(model, tok, prepared)
     export_onnx(root / "student", root / "student_onnx", ExportConfig(parity_shapes=[[1, 8]]), prepared,
                 plain_out_dir=root / "plain")
     poisoned = root / "poisoned"
@@ -214,23 +233,25 @@ def test_int8_runner_agrees_with_onnx_runtime(built):
     assert meta["route"] == ROUTES[summary["int8"]["approach"]] and meta["num_params"] == runner.num_params
 
 
-def test_calibration_and_validation_are_training_rows_only(built):
+def test_calibration_is_training_rows_and_the_accuracy_check_validation_rows(built):
     root, summary, _ = built
     info = summary["int8"]["calibration"]
-    assert info == {"split": "train", "train_rows": 40, "calibration_rows": 16, "validation_rows": 16,
-                    "validation_overlaps_calibration": False, "seed": 0}
+    assert info == {"split": "train", "train_rows": 20, "calibration_rows": 16, "validation_split": "validation",
+                    "validation_rows": 16, "seed": 0}
     # (the module's INT8 build read a prepared dir whose dev.jsonl is not JSON, and finished)
     from compress.training.models import load_tokenizer
 
     tok = load_tokenizer(root / "plain")
-    calib, val, _ = training_slices(root / "poisoned", tok, CFG)
+    calib, val, _ = quantization_slices(root / "poisoned", tok, CFG)
     ids = lambda batch: tuple(batch["input_ids"][0].tolist())  # noqa: E731
-    train = {tuple(tok(t)["input_ids"]): int(y) for t, y in TRAIN}
+    prepared = Prepared.open(root / "poisoned")
+    train = {tuple(tok(e.text_a)["input_ids"]): e.label for e in prepared.split("train")}
+    validation = {tuple(tok(e.text_a)["input_ids"]): e.label for e in prepared.validation()}
     dev = {tuple(tok(t)["input_ids"]) for t, _ in DEV}
     calib_rows, val_rows = [ids(b) for b in calib], [ids(v["inputs"]) for v in val]
-    assert all(r in train and r not in dev for r in calib_rows + val_rows)
-    assert not set(calib_rows) & set(val_rows)  # the validation slice is disjoint
-    assert [v["gold"].tolist() for v in val] == [[train[r]] for r in val_rows]
+    assert all(r in train for r in calib_rows) and all(r in validation for r in val_rows)
+    assert not (set(calib_rows) | set(val_rows)) & dev and not set(calib_rows) & set(val_rows)
+    assert [v["gold"].tolist() for v in val] == [[validation[r]] for r in val_rows]
     with pytest.raises(Exception):
         Prepared.open(root / "poisoned").split("dev")  # the poison is real
 
@@ -240,7 +261,7 @@ def test_float_embedding_option_keeps_tables_float(built, tmp_path):
     from compress.training.models import load_tokenizer
 
     cfg = OpenVinoConfig(calibration_rows=8, validation_rows=8, quantize_embeddings=False)
-    calib, val, info = training_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
     out = quantize_openvino(root / "ov", tmp_path / "float_emb", cfg, calib, val, data_info=info)
     tables = embedding_tables(ov.Core().read_model(str(tmp_path / "float_emb/model.xml")))
     assert tables["/bert/embeddings/word_embeddings/Gather"]["dtype"] == "f32"
@@ -259,7 +280,7 @@ def test_tables_nncf_leaves_float_are_quantized_per_row_by_us(built, tmp_path, m
     monkeypatch.setattr(oi, "_quantize", lambda model, calib, val, cfg, controlled: real(
         model, calib, val, replace(cfg, quantize_embeddings=False), controlled))
     cfg = OpenVinoConfig(calibration_rows=8, validation_rows=8)
-    calib, val, info = training_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
     out = quantize_openvino(root / "ov", tmp_path / "own", cfg, calib, val, data_info=info)
     assert out["embedding_route"].startswith("own int8 per-row")
     tables = embedding_tables(ov.Core().read_model(str(tmp_path / "own/model.xml")))
@@ -268,7 +289,7 @@ def test_tables_nncf_leaves_float_are_quantized_per_row_by_us(built, tmp_path, m
 
 def test_accuracy_control_takes_over_when_ptq_loses_accuracy(built, tmp_path, monkeypatch):
     """Plain PTQ scored as losing everything on the validation rows: the accuracy-controlled
-    NNCF route runs on the same training rows and is recorded as the approach."""
+    NNCF route runs on the same rows and is recorded as the approach."""
     root, _, _ = built
     from compress.training.models import load_tokenizer
 
@@ -286,7 +307,7 @@ def test_accuracy_control_takes_over_when_ptq_loses_accuracy(built, tmp_path, mo
     monkeypatch.setattr(oi, "_quantize", quantize)
     monkeypatch.setattr(oi, "validate", validate)
     cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3)
-    calib, val, info = training_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
     out = quantize_openvino(root / "ov", tmp_path / "ac", cfg, calib, val, data_info=info)
     assert calls == [False, True]
     assert out["ptq_validation"]["accuracy_int8"] == 0.0 and out["ptq_validation"]["relative_drop"] == 1.0
@@ -401,14 +422,14 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     words = {p: dev.scored(o, idx).argmax(-1) for p, o in out.items()}
     assert len(words["fp32"]) == 25 and (words["int8"] == words["fp32"]).mean() >= 0.8
 
-    # validation items: training rows with the gold tag on each word's first piece
-    calib, val, info = training_slices(root / "prepared", tok, CFG)
-    assert info["validation_rows"] == 16 and not info["validation_overlaps_calibration"]
+    # validation items: validation-split rows with the gold tag on each word's first piece
+    calib, val, info = quantization_slices(root / "prepared", tok, CFG)
+    assert info["validation_rows"] == len(prepared.validation()) == 4  # all of them: fewer than 16
     for item in val:
         assert item["gold"].shape == item["inputs"]["input_ids"].shape
         assert (item["gold"][item["inputs"]["attention_mask"] == 0] == IGNORE).all()
     v = summary["int8"]["validation"]
-    assert v["metric"] == "entity_f1" and v["rows"] == 16 and v["accuracy_fp32"] > 0.5  # it learnt these sentences
+    assert v["metric"] == "entity_f1" and v["rows"] == 4 and v["accuracy_fp32"] > 0.5  # it learnt these sentences
     # the aggregate is entity F1 of ONNX Runtime's predictions on the same items; per item, words right
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(tmp_path / "ov/model.xml")), "CPU",

@@ -109,7 +109,8 @@ def test_a_split_with_one_class_is_refused_and_the_previous_output_kept(tmp_path
     prepare(preset("sst2", str(sst2_dir)), out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     write_tsv(sst2_dir / "train.tsv", ["sentence", "label"], [r for r in SST2_ROWS if r[1] == "1"] * 3)
-    with pytest.raises(DataError, match=r"split 'train' holds only the label 'positive' \(12 rows\)"):
+    # 12 rows, one of them carved as validation
+    with pytest.raises(DataError, match=r"split 'train' holds only the label 'positive' \(11 rows\)"):
         prepare(preset("sst2", str(sst2_dir)), out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
@@ -152,7 +153,7 @@ def test_a_large_file_is_streamed_with_bounded_memory(tmp_path, keep):
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows, base, peak = proc.stdout.split()
-    assert int(rows) == (1_200_000 if keep == "all" else 1000)
+    assert int(rows) == (1_198_000 if keep == "all" else 1000)  # 2,000 (max_validation_rows) carved as validation
     assert float(peak) - float(base) < 40, f"peak RSS grew by {float(peak) - float(base):.0f} MiB"
 
 
@@ -262,7 +263,7 @@ def test_same_params_and_seed_give_bitwise_identical_students(tmp_path, prepared
         summary = distill(cfg, teacher_dir, tmp_path / "cache", prepared, d / "student", d / "curves",
                           d / "control", d / "control_curves", eval_max_length=32)
         runs.append((sha256_file(d / "student" / "model.safetensors"), sha256_file(d / "control" / "model.safetensors"),
-                     json.dumps(summary["student"]["final_dev"]), json.dumps(summary["control"]["final_dev"]),
+                     json.dumps(summary["student"]["final_validation"]), json.dumps(summary["control"]["final_validation"]),
                      (d / "curves" / "train.csv").read_text()))
     assert runs[0] == runs[1]
 

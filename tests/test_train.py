@@ -32,7 +32,7 @@ def test_finetune_lowers_loss_and_logs_curves(tmp_path, prepared_sst2):
     cfg = FinetuneConfig(epochs=8, batch_size=8, lr=5e-3, warmup_ratio=0.1, eval_every_steps=4, seed=3)
     summary = finetune(model, train, dev, cfg, SST2, tmp_path / "curves")
     assert _loss(model, train) < before * 0.7
-    assert summary["steps"] == 32 and summary["final_dev"]["accuracy"] >= 0.75
+    assert summary["steps"] == 32 and summary["final_validation"]["accuracy"] >= 0.75
     rows = list(csv.DictReader(open(tmp_path / "curves" / "eval.csv")))
     assert [int(r["step"]) for r in rows] == [4, 8, 12, 16, 20, 24, 28, 32]
     train_rows = list(csv.DictReader(open(tmp_path / "curves" / "train.csv")))
@@ -64,7 +64,7 @@ def test_build_teacher_without_finetuning_saves_and_reports(tmp_path, prepared_s
     cfg = TeacherConfig(model="random:tiny", finetune=False)
     summary = build_teacher(cfg, Prepared.open(prepared_sst2), tmp_path / "teacher", tmp_path / "curves")
     assert (tmp_path / "teacher" / "model.safetensors").is_file()
-    assert "skipped" in summary["training"] and "accuracy" in summary["training"]["final_dev"]
+    assert "skipped" in summary["training"] and "accuracy" in summary["training"]["final_validation"]
     assert (tmp_path / "curves" / "train.csv").is_file() and (tmp_path / "curves" / "eval.csv").is_file()
 
 
@@ -84,13 +84,13 @@ def test_frozen_parameters_stay_bitwise_unchanged(tmp_path, prepared_sst2):
 
 
 def test_step_based_schedule_runs_exactly_max_steps_across_epochs(tmp_path, prepared_sst2):
-    p, train, dev = _data(prepared_sst2)  # 32 rows: 4 steps an epoch at batch 8
+    p, train, dev = _data(prepared_sst2)  # 28 rows (4 of 32 carved as validation): 4 steps an epoch at batch 8
     model, _ = tiny_model(seed=1)
     cfg = FinetuneConfig(epochs=None, max_steps=10, batch_size=8, lr=1e-3, warmup_ratio=0.2,
                          eval_every_steps=0, seed=3)
     summary = finetune(model, train, dev, cfg, SST2, tmp_path / "curves")
     assert summary["steps"] == 10 and summary["epochs"] == 2.5
-    assert summary["sequences_seen"] == 80
+    assert summary["sequences_seen"] == 72  # two epochs of 28, then two full batches of the third
     last = list(csv.DictReader(open(tmp_path / "curves" / "train.csv")))[-1]
     assert last["step"] == "10" and float(last["lr"]) == 0.0  # linear decay reaches zero at max_steps
 

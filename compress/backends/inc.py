@@ -1,7 +1,7 @@
 """Accuracy-aware INT8 with Intel Neural Compressor 3.x (`neural_compressor.torch`).
 
 `inc_autotune(model, eval_fn, calib_batches, cfg, objective)` runs INC's `autotune` over an
-ordered list of INT8 configs and keeps the first whose dev score (`eval_fn`: the task's
+ordered list of INT8 configs and keeps the first whose validation score (`eval_fn`: the task's
 primary metric, named by `objective`: accuracy for a classifier, entity F1 for a tagger)
 is within `tolerable_loss` (relative) of the float baseline, the MLPerf-style "99% of FP32"
 bar at 0.01. The report lists every trial: its config, score (the `accuracy` keys, kept
@@ -102,7 +102,7 @@ class IncGoalNotMet(UserError):
 class IncConfig:
     # Approaches in the order their variants are tried (see VARIANTS): "dynamic", "static".
     approaches: list[str] = field(default_factory=lambda: ["dynamic", "static"])
-    # Relative loss of the dev objective (the task's primary metric) allowed vs the fp32
+    # Relative loss of the validation objective (the task's primary metric) allowed vs the fp32
     # baseline: (base - q) / base <= this.
     tolerable_loss: float = 0.01
     max_trials: int = 8  # INC stops after this many trials even if none met the goal
@@ -204,7 +204,7 @@ def inc_autotune(model, eval_fn: Callable[[torch.nn.Module], float], calib_batch
     """Accuracy-aware INT8 of a float BertForSequenceClassification or
     BertForTokenClassification with INC's `autotune`.
 
-    `eval_fn(model) -> float` is the dev score, the metric `objective` names (the task's
+    `eval_fn(model) -> float` is the validation-split score, the metric `objective` names (the task's
     primary metric; higher is better, > 0), recorded as report["objective"]; it receives an
     `IncInt8Classifier` (callable like the HF model, with `.config`): once for the float
     baseline (the exported float graph), then once per trial. `calib_batches` are dicts of

@@ -12,7 +12,7 @@ transformer fusions (attention, embedding + LayerNorm, skip + LayerNorm, bias + 
 3. optionally fuses the graph (`optimize: true`) and records how many fused Attention
    nodes each model got: the uneven-head pruned student fuses per layer, and a graph that
    did not fuse says so in the summary.
-4. parity: real dev sentences at several (batch, seq) shapes, padded batches and a
+4. parity: real validation sentences at several (batch, seq) shapes, padded batches and a
    sequence longer than the export example included, through PyTorch and through ONNX
    Runtime (the raw export and the fused graph); the stage fails when the max absolute
    logit difference exceeds `parity_atol`. The differences go into the report. A tagger
@@ -55,7 +55,7 @@ class OnnxFileError(UserError):
 class ExportConfig:
     opset: int = 17
     example_shape: list[int] = field(default_factory=lambda: [2, 16])  # (batch, seq) traced at export
-    # (batch, seq) shapes of the parity check: real dev rows padded to seq; one longer than
+    # (batch, seq) shapes of the parity check: real validation rows padded to seq; one longer than
     # the example, and batches whose rows have different lengths (padding inside the batch).
     parity_shapes: list[list[int]] = field(default_factory=lambda: [[1, 8], [4, 32], [8, 128], [2, 256]])
     parity_atol: float = 1.0e-4  # max |logit difference| allowed, FP32 vs PyTorch FP32
@@ -171,12 +171,13 @@ def _optimize(src: Path, dst: Path, config) -> dict:
 
 
 def parity_batches(prepared: Prepared, tokenizer, shapes: list[list[int]]) -> list[dict[str, np.ndarray]]:
-    """Real dev rows at each (batch, seq): the longest and the shortest rows together, so
-    every batch but batch-1 ones mixes lengths and carries padding."""
-    dev = prepared.split("dev")
+    """Real validation rows at each (batch, seq): the longest and the shortest rows
+    together, so every batch but batch-1 ones mixes lengths and carries padding. Parity
+    gates a stage (a choice), so it reads validation, never dev (the reports' split)."""
+    rows = prepared.validation()
     batches = []
     for b, s in shapes:
-        enc = encode(tokenizer, dev, s)
+        enc = encode(tokenizer, rows, s)
         order = np.argsort(enc.lengths())
         idx = [int(order[-1 - i // 2]) if i % 2 == 0 else int(order[i // 2]) for i in range(b)]
         batches.append(collate(enc, idx, pad_to=s))

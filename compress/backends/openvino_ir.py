@@ -13,15 +13,15 @@ one IR serves three precisions:
   skipped (by `runners.runner_class`) on CPUs without native bf16, where it would be
   emulated.
 - int8 (`student_ov_int8`): NNCF post-training quantization (`nncf.quantize`, transformer
-  model type) calibrated on a seeded sample of *training* rows; dev rows are what we report
-  and never reach calibration or the accuracy check. INT8 here means per-channel int8
-  weights for every MatMul, int8 activations at their inputs (FakeQuantize), and the
-  embedding tables stored as int8 with one scale per row (see below).
+  model type) calibrated on a seeded sample of *training* rows; its accuracy check reads
+  the validation split; dev rows are what we report and never reach either. INT8 here
+  means per-channel int8 weights for every MatMul, int8 activations at their inputs
+  (FakeQuantize), and the embedding tables stored as int8 with one scale per row.
 
-Accuracy: the INT8 IR and the FP32 IR are scored on a validation slice of the training
-split, disjoint from the calibration rows. When plain PTQ loses more than
-`accuracy_control_max_drop` (relative), `nncf.quantize_with_accuracy_control` re-quantizes
-on the same data, reverting the most harmful layers to float until the drop is within the
+Accuracy: the INT8 IR and the FP32 IR are scored on rows of the validation split (carved
+from the training rows by prepare, never calibrated or trained on). When plain PTQ loses
+more than `accuracy_control_max_drop` (relative), `nncf.quantize_with_accuracy_control`
+re-quantizes on the same data, reverting the most harmful layers to float until the drop is within the
 bound. Which route was taken, and the drops seen, go into openvino.json and the report.
 The metric (`validate`, NNCF's validation_fn: an aggregate and one value per item) is
 accuracy, 1/0 per row, for a classifier. For a tagger the aggregate is the task's primary
@@ -40,7 +40,7 @@ quantization was asked for (another NNCF version), `quantize_embedding_tables` w
 same per-row pattern itself. `embedding_tables(model)` reads back what each table is
 stored as, for the summary and the tests.
 
-Parity: each IR runs real dev batches through the runner (the exact runtime configuration
+Parity: each IR runs real validation batches through the runner (the exact runtime configuration
 that is measured) beside ONNX Runtime FP32 on the plain export; max |logit difference| and
 argmax agreement are recorded per IR (compress.backends.parity); only FP32 is gated. A tagger's
 logits are compared at every real token (attention_mask 1).
@@ -54,6 +54,7 @@ runner is unavailable unless OpenVINO lists a GPU device.
 """
 from __future__ import annotations
 
+import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -87,7 +88,7 @@ class OpenVinoParityError(UserError):
 @dataclass(frozen=True)
 class OpenVinoConfig:
     calibration_rows: int = 300  # training rows (one per NNCF sample) that set the INT8 ranges
-    validation_rows: int = 1000  # further training rows: the PTQ accuracy check / accuracy control
+    validation_rows: int = 1000  # validation-split rows (at most): the PTQ accuracy check / accuracy control
     seed: int = 0  # which training rows
     max_length: int = 128  # tokens per calibration / validation row
     preset: str = "mixed"  # NNCF: mixed (asymmetric activations) | performance (symmetric)
@@ -219,15 +220,17 @@ def quantize_embedding_tables(model) -> list[str]:
     return done
 
 
-# --- data: training rows only ------------------------------------------------------------
+# --- data: training rows calibrate, validation rows check --------------------------------
 
-def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -> tuple[list[dict], list[dict], dict]:
-    """Calibration and validation rows, both from the training split (dev is what the
-    reports score, so it never shapes the quantization), drawn by the one calibration
-    sampler (`Prepared.calibration_rows`, `seed`): the first `calibration_rows` calibrate,
-    the next `validation_rows` validate. A training split too small for both validates on the calibration rows (the
-    summary says so). Each row is one item (batch 1, its own length): NNCF collects
-    statistics per item, and batch-1 items are the per-sample metric accuracy control ranks by.
+def quantization_slices(prepared_root: str | Path, tokenizer,
+                        cfg: OpenVinoConfig) -> tuple[list[dict], list[dict], dict]:
+    """Calibration rows from the training split, drawn by the one calibration sampler
+    (`Prepared.calibration_rows`, `seed`), and the accuracy check's rows from the
+    validation split (a seeded sample of `validation_rows` when it holds more): the check
+    chooses between PTQ and accuracy control and which layers go back to float, so it
+    reads validation; dev is what the reports score and never shapes the quantization.
+    Each row is one item (batch 1, its own length): NNCF collects statistics per item, and
+    batch-1 items are the per-sample metric accuracy control ranks by.
 
     Returns (calibration inputs, validation items, a description). Items are {"inputs",
     "gold", "task"}: gold the row's label (1,) for a classifier, (1, seq) for a tagger the
@@ -235,17 +238,18 @@ def training_slices(prepared_root: str | Path, tokenizer, cfg: OpenVinoConfig) -
     from compress.data.tokens import collate, encode
 
     prepared = Prepared.open(prepared_root)
-    rows = prepared.calibration_rows(cfg.calibration_rows + cfg.validation_rows, cfg.seed)
-    calib = rows[: cfg.calibration_rows]
-    val = rows[cfg.calibration_rows:] or calib
+    calib = prepared.calibration_rows(cfg.calibration_rows, cfg.seed)
+    val = prepared.validation()
+    if len(val) > cfg.validation_rows:
+        val = [val[i] for i in random.Random(cfg.seed).sample(range(len(val)), cfg.validation_rows)]
     enc = encode(tokenizer, calib + val, cfg.max_length)
     items = [collate(enc, [j]) for j in range(len(enc))]
     calibration = items[: len(calib)]
     # gold: the row's label (1,), or a tagger's tag per piece (1, seq), IGNORE off the scored pieces
     validation = [{"inputs": items[k], "gold": enc.batch_labels([k], items[k]["input_ids"].shape[1]),
                    "task": prepared.task} for k in range(len(calib), len(calib) + len(val))]
-    info = {"split": "train", "train_rows": prepared.card["splits"]["train"]["rows"], "calibration_rows": len(calib), "validation_rows": len(val),
-            "validation_overlaps_calibration": val is calib, "seed": cfg.seed}
+    info = {"split": "train", "train_rows": prepared.card["splits"]["train"]["rows"], "calibration_rows": len(calib),
+            "validation_split": "validation", "validation_rows": len(val), "seed": cfg.seed}
     return calibration, validation, info
 
 
@@ -426,6 +430,6 @@ def build_openvino(onnx_dir: str | Path, fp32_dir: str | Path, int8_dir: str | P
     from compress.training.models import load_tokenizer
 
     fp32 = convert_onnx(onnx_dir, fp32_dir, cfg, parity_batches)
-    calibration, validation, info = training_slices(prepared_root, load_tokenizer(onnx_dir), cfg)
+    calibration, validation, info = quantization_slices(prepared_root, load_tokenizer(onnx_dir), cfg)
     int8 = quantize_openvino(fp32_dir, int8_dir, cfg, calibration, validation, parity_batches, info)
     return {"fp32": fp32, "int8": int8}

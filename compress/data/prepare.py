@@ -1,6 +1,13 @@
 """Users' data: read and validate the split files of a task of any kind, take the label
-set from the training split, carve a dev split when there is none, and write the
-prepared splits and the data card every later stage reads.
+set from the training split, carve a dev split when there is none, carve the validation
+split from the training rows, and write the prepared splits and the data card every later
+stage reads.
+
+Three roles, three splits: train fits (teacher, logits cache, distillation, pruning
+recovery, calibration); validation chooses (the teacher seed, the best of a tuning run,
+INC's objective, NNCF's accuracy control, parity batches); dev (and test) only report.
+Validation is a seeded, stratified share of the training rows held out from every fit,
+so no figure a report prints was used to pick what it reports on.
 
 Sources are a local directory holding the split files named by `prepare.train`, `.dev`
 and `.test` (CSV, TSV, JSON Lines or CoNLL columns; the format follows the extension
@@ -18,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from array import array
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +38,7 @@ from compress.tasks.iob import Sentence
 from compress.tasks.base import Example, Task, get_kind, locate
 
 SPLITS = ("train", "dev")
+TRAIN, DEV, VALIDATION = 0, 1, 2  # a training row's role after the carves (one byte a row)
 COLUMN_KEYS = ("text", "text_pair", "label", "tokens", "tags")
 
 __all__ = ["DataError", "Example", "Prepared", "PrepareConfig", "Task", "prepare", "read_split"]
@@ -121,7 +130,18 @@ class Prepared:
         return cls(root, task_of_card(card, str(card_path)), card)
 
     def split(self, name: str) -> list[Example | Sentence]:
+        """The rows of a prepared split. "validation" is refused, naming the fix, for data
+        prepared before the validation split existed."""
+        if name == "validation" and ("validation_carved" not in self.card
+                                     or not (self.root / "validation.jsonl").is_file()):
+            raise DataError(f"{self.root}: prepared before the validation split existed (no validation.jsonl "
+                            "or card.json without validation_carved); re-run the prepare stage (dvc repro prepare)")
         return read_jsonl(self.root / f"{name}.jsonl", self.task)
+
+    def validation(self) -> list[Example | Sentence]:
+        """The validation rows: what every choice (a seed, a tuning objective, an accuracy
+        check) is made on; carved from the training rows, never fitted on, never dev."""
+        return self.split("validation")
 
     def sha256(self, name: str) -> str:
         return self.card["splits"][name]["sha256"]
@@ -155,6 +175,10 @@ class PrepareConfig:
     labels: list[str | int] | None = None  # null: the training split's labels, sorted; else the class order
     label_names: list[str] | None = None  # what predictions print, one per label (null: the labels)
     dev_fraction: float = 0.1
+    # The validation split every choosing stage reads: this share of the training rows
+    # (after a dev carve, before the max_train_rows slice), capped at max_validation_rows.
+    validation_fraction: float = 0.1
+    max_validation_rows: int | None = 2000
     revision: str | None = None  # Hub dataset revision (commit or tag) to pin
     max_train_rows: int | None = None  # None: all rows; else a seeded random subset
     max_dev_rows: int | None = None
@@ -166,10 +190,12 @@ class PrepareConfig:
         kind = get_kind(self.kind)
         check(bool(self.source.strip()), "source must be a directory or hub:<dataset id>")
         check(bool(self.task.strip()), "task must name the dataset (the by_task preset of every section)")
-        for k in ("max_train_rows", "max_dev_rows"):
+        for k in ("max_train_rows", "max_dev_rows", "max_validation_rows"):
             v = getattr(self, k)
             check(v is None or v >= 1, f"{k} must be >= 1 or null, got {v}")
         check(0 < self.dev_fraction < 1, f"dev_fraction must be in (0, 1), got {self.dev_fraction}")
+        check(0 < self.validation_fraction < 1,
+              f"validation_fraction must be in (0, 1), got {self.validation_fraction}")
         check(self.revision is None or self.source.startswith("hub:"),
               "revision pins a Hub dataset; it has no meaning for a local source")
         unknown = sorted(set(self.columns) - set(COLUMN_KEYS))
@@ -264,14 +290,92 @@ def carve(items: list, task: Task, fraction: float, seed: int) -> tuple[list[int
     strata: dict[str, list[int]] = defaultdict(list)
     for i, ex in enumerate(items):
         strata[task.kind_impl.stratum(ex, task.labels)].append(i)
-    rng = random.Random(seed)
-    dev: list[int] = []
+    chosen = set(carve_strata(strata, fraction, random.Random(seed)))
+    return [i for i in range(len(items)) if i not in chosen], sorted(chosen)
+
+
+def carve_strata(strata: dict, fraction: float, rng: random.Random) -> list[int]:
+    """The ids drawn for the carved side: `fraction` of each stratum (keys in sorted order,
+    so the draw depends on the seed alone), at least one of a stratum of two or more rows
+    and never all of it."""
+    out: list[int] = []
     for key in sorted(strata):
         ids = strata[key]
         k = min(max(round(fraction * len(ids)), 1), len(ids) - 1) if len(ids) >= 2 else 0
-        dev += rng.sample(ids, k)
-    chosen = set(dev)
-    return [i for i in range(len(items)) if i not in chosen], sorted(dev)
+        # positions drawn from a range: the same draw as rng.sample(ids, k), and `ids` may
+        # be a compact array (not a Sequence to random.sample)
+        out += [ids[j] for j in rng.sample(range(len(ids)), k)]
+    return out
+
+
+def stratum_codes(rows: Iterable[Example | Sentence], task: Task) -> tuple[array, list[str]]:
+    """One pass over the training rows keeping only each row's stratum, as a small int
+    (array of 4 bytes a row) and the key of each code: what the carves need, without
+    holding the rows themselves."""
+    codes, keys, index = array("i"), [], {}
+    for ex in rows:
+        key = task.kind_impl.stratum(ex, task.labels)
+        if key not in index:
+            index[key] = len(keys)
+            keys.append(key)
+        codes.append(index[key])
+    return codes, keys
+
+
+def _strata(codes: array, keys: list[str], roles: bytearray, role: int) -> dict[str, array]:
+    """The ids of the rows of `role`, per stratum key, as compact int arrays."""
+    strata: dict[str, array] = defaultdict(lambda: array("i"))
+    for i, code in enumerate(codes):
+        if roles[i] == role:
+            strata[keys[code]].append(i)
+    return strata
+
+
+def carve_roles(cfg: PrepareConfig, task: Task) -> tuple[bytearray, dict | None, dict]:
+    """(role of each training row, the dev carve's card entry or None, the validation
+    carve's card entry).
+
+    Dev first, when there is no dev file (the same draw as before validation existed:
+    `carve`'s seeded stratified share), then validation from the rows left, drawn with
+    its own stream of the same seed: `validation_fraction` of each stratum, the fraction
+    lowered so that at most `max_validation_rows` are drawn, and a seeded trim of the
+    one-per-stratum excess over the cap. Ids count training-file rows from 0."""
+    codes, keys = stratum_codes(examples(cfg, "train", task), task)
+    roles = bytearray(len(codes))  # TRAIN everywhere
+    dev_card = None
+    if cfg.dev is None:
+        dev_ids = sorted(carve_strata(_strata(codes, keys, roles, TRAIN), cfg.dev_fraction, random.Random(cfg.seed)))
+        if not dev_ids:
+            raise DataError(f"{cfg.source}: {cfg.train} has too few rows to carve a dev split from")
+        for i in dev_ids:
+            roles[i] = DEV
+        dev_card = {"from": "train", "fraction": cfg.dev_fraction, "seed": cfg.seed, "rows": len(dev_ids),
+                    "row_ids_sha256": _ids_sha256(dev_ids)}
+    pool = _strata(codes, keys, roles, TRAIN)
+    left = sum(map(len, pool.values()))
+    cap = cfg.max_validation_rows
+    fraction = min(cfg.validation_fraction, cap / left) if cap is not None and left else cfg.validation_fraction
+    rng = random.Random(f"validation:{cfg.seed}")
+    val_ids = carve_strata(pool, fraction, rng)
+    if cap is not None and len(val_ids) > cap:  # one row per small stratum can overshoot the cap
+        val_ids = rng.sample(val_ids, cap)
+    val_ids.sort()  # none when no stratum has two rows: refused by prepare once dev is validated
+    for i in val_ids:
+        roles[i] = VALIDATION
+    val_card = {"from": "train", "fraction": cfg.validation_fraction, "max_rows": cap, "seed": cfg.seed,
+                "rows": len(val_ids), "row_ids_sha256": _ids_sha256(val_ids)}
+    return roles, dev_card, val_card
+
+
+def _ids_sha256(ids: list[int]) -> str:
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+
+
+def with_role(cfg: PrepareConfig, task: Task, roles: bytearray, role: int) -> Iterator[Example | Sentence]:
+    """The training rows of one role, streamed from the source in file order."""
+    for i, ex in enumerate(examples(cfg, "train", task)):
+        if roles[i] == role:
+            yield ex
 
 
 def _check_classes(counts: Counter, task: Task, where: str) -> None:
@@ -281,44 +385,44 @@ def _check_classes(counts: Counter, task: Task, where: str) -> None:
         (only,) = counts
         unit = task.kind_impl.count_unit
         raise DataError(f"{where} holds only the label '{task.label_names[only]}' ({counts[only]} {unit}): a "
-                        f"{task.num_labels}-class task needs more than one class in both splits; check the file "
+                        f"{task.num_labels}-class task needs more than one class in every split; check the file "
                         "(or the max_*_rows slice)")
 
 
 def prepare(cfg: PrepareConfig, out_dir: str | Path) -> dict:
-    """Validate the source splits and write train.jsonl, dev.jsonl (test.jsonl when given)
-    and card.json.
+    """Validate the source splits and write train.jsonl, dev.jsonl, validation.jsonl
+    (test.jsonl when given) and card.json.
 
-    The label set comes from a first pass over the training split; each split is then
-    streamed through validation. Without a dev file, a stratified dev split is carved from
-    train (that needs the training rows in memory). Everything is written into a temporary
-    directory that replaces out_dir only when every split is valid: a bad row anywhere
-    leaves the previous prepared data as it was."""
+    The label set comes from a first pass over the training split, each row's stratum from
+    a second (`carve_roles`: the dev carve when there is no dev file, then the validation
+    carve); each split is then streamed through validation and written, the training rows
+    routed by role, so only a byte and a stratum code per training row stay in memory. The
+    max_train_rows slice is taken from what the carves leave. Everything is written into a
+    temporary directory that replaces out_dir only when every split is valid: a bad row
+    anywhere leaves the previous prepared data as it was."""
     task, facts = label_set(cfg)
-    limits = {"train": cfg.max_train_rows, "dev": cfg.max_dev_rows, "test": None}
+    roles, dev_carved, val_carved = carve_roles(cfg, task)
+    limits = {"train": cfg.max_train_rows, "dev": cfg.max_dev_rows, "validation": None, "test": None}
+    sources: dict[str, Iterable] = {"train": with_role(cfg, task, roles, TRAIN),
+                                    "dev": with_role(cfg, task, roles, DEV) if cfg.dev is None
+                                    else examples(cfg, "dev", task),
+                                    "validation": with_role(cfg, task, roles, VALIDATION)}
+    if cfg.test is not None:
+        sources["test"] = examples(cfg, "test", task)
     with atomic_dir(out_dir) as tmp:
-        files, counts, carved = {}, {}, None
-        sources: dict[str, Iterable] = {}
-        if cfg.dev is None:
-            train = list(examples(cfg, "train", task))
-            keep, dev_ids = carve(train, task, cfg.dev_fraction, cfg.seed)
-            if not dev_ids:
-                raise DataError(f"{cfg.source}: {cfg.train} has too few rows to carve a dev split from")
-            sources = {"train": [train[i] for i in keep], "dev": [train[i] for i in dev_ids]}
-            carved = {"from": "train", "fraction": cfg.dev_fraction, "seed": cfg.seed, "rows": len(dev_ids),
-                      "row_ids_sha256": hashlib.sha256(json.dumps(dev_ids).encode()).hexdigest()}
-        else:
-            sources = {"train": examples(cfg, "train", task), "dev": examples(cfg, "dev", task)}
-        if cfg.test is not None:
-            sources["test"] = examples(cfg, "test", task)
+        files, counts = {}, {}
         for name, rows in sources.items():
             files[name] = tmp / f"{name}.jsonl"
             counts[name] = write_split(rows, files[name], task, limits[name], cfg.seed)
+            if name == "validation" and not counts[name]:
+                raise DataError(f"{cfg.source}: {cfg.train} has too few rows to carve a validation split from "
+                                "(a label, or a tagger's set of entity types, needs two training rows)")
             if name != "test":
                 _check_classes(counts[name], task, f"{cfg.source}: split '{name}'")
         card = data_card(task, cfg, counts, files)
         card.update(facts)
-        card["dev_carved"] = carved
+        card["dev_carved"] = dev_carved
+        card["validation_carved"] = val_carved
         card["subsample"] = {"max_train_rows": cfg.max_train_rows, "max_dev_rows": cfg.max_dev_rows,
                              "seed": cfg.seed}
         atomic_write_json(tmp / "card.json", card)

@@ -329,9 +329,9 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
     gold_rows = prepared.card["splits"]["train"]["rows"]  # the transfer set starts with them
     # the control learns from the gold labels only: the train split, never augmented rows
     train = transfer if len(rows) == gold_rows else encode(tokenizer, rows[:gold_rows], meta["max_length"])
-    dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
+    val = encode(tokenizer, prepared.validation(), eval_max_length)  # the curves and final figures; never dev
     task = prepared.task
-    summary = {"config": asdict(cfg), "teacher_layers": teacher.config.num_hidden_layers,
+    summary = {"config": asdict(cfg), "eval_split": "validation", "teacher_layers": teacher.config.num_hidden_layers,
                "student_layers": cfg.student_layers, "transfer_rows": len(transfer),
                "gold_rows": gold_rows, "teacher_cache": meta,
                "intermediate_terms": "teacher run alongside the student (on the fly)"
@@ -351,7 +351,7 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
             m.config._attn_implementation = "eager"
     loss = distill_loss_fn(transfer, logits, cfg.loss, teacher=teacher, layer_map=cfg.student_layers)
     with distributed.output_dir(curves_dir) as tmp:  # rank 0 writes; the others only train
-        summary["student"] = finetune(student, transfer, dev, cfg.train, task, tmp,
+        summary["student"] = finetune(student, transfer, val, cfg.train, task, tmp,
                                       desc="distill", loss_fn=loss)
         save_trained(student, tokenizer, out_dir, task)
     if not train_control:
@@ -362,7 +362,7 @@ def distill(cfg: DistillConfig, teacher_dir: Path, cache_dir: Path, prepared: Pr
     control_train = cfg.train if train is transfer else \
         replace(cfg.train, epochs=None, max_steps=summary["student"]["steps"])
     with distributed.output_dir(control_curves_dir) as tmp:
-        summary["control"] = finetune(control, train, dev, control_train, task, tmp,
+        summary["control"] = finetune(control, train, val, control_train, task, tmp,
                                       desc="control (labels only)")
         save_trained(control, tokenizer, control_dir, task)
     return summary

@@ -212,7 +212,8 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
     rows, cached, meta = load_transfer(cache_dir, prepared)  # the train split + any augmented rows
     train = encode(tokenizer, rows, meta["max_length"])
     check_positions(train, cached, cache_dir)
-    dev = encode(tokenizer, prepared.split("dev"), eval_max_length)
+    # before/after figures and the recovery's curves: the validation split (dev only reports)
+    val = encode(tokenizer, prepared.validation(), eval_max_length)
     task = prepared.task
     labels, t_logits = torch.from_numpy(train.labels), torch.from_numpy(cached)
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
@@ -222,12 +223,13 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
         return kd_loss(train.scored(logits, idx), t_logits[pos].float(), labels[pos], cfg.loss.temperature,
                        cfg.loss.alpha_kd)
 
-    def dev_metrics():
-        return task_metrics(task, dev, predict_logits(model, dev))
+    def val_metrics():
+        return task_metrics(task, val, predict_logits(model, val))
 
-    summary = {"config": asdict(cfg), "before": {"dev": dev_metrics(), "params": count_parameters(model),
-                                                 "heads_per_layer": heads_per_layer(model),
-                                                 "intermediate_size": model.config.intermediate_size}}
+    summary = {"config": asdict(cfg), "eval_split": "validation",
+               "before": {"validation": val_metrics(), "params": count_parameters(model),
+                          "heads_per_layer": heads_per_layer(model),
+                          "intermediate_size": model.config.intermediate_size}}
     seed_everything(cfg.seed)
     n_batches = -(-min(cfg.importance_rows, len(train)) // cfg.importance_batch_size)
     with tqdm(total=n_batches, desc="importance", unit="batch") as bar:
@@ -242,20 +244,20 @@ def prune_student(cfg: PruneConfig, student_dir: Path, cache_dir: Path, prepared
     summary["pruned"] = {"heads": {str(l): v for l, v in spec.items()},
                          "heads_removed": sum(len(v) for v in spec.values()), "heads_total": layers * heads,
                          "heads_per_layer": heads_per_layer(model), "intermediate_size": inter,
-                         "params": count_parameters(model), "dev_before_recovery": dev_metrics()}
+                         "params": count_parameters(model), "validation_before_recovery": val_metrics()}
     with distributed.output_dir(plots_dir) as tmp:  # rank 0 writes; under torchrun the others only recover
         if cfg.recover:
             if cfg.freeze_word_embeddings:
                 model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
             loss = distill_loss_fn(train, cached, cfg.loss)
-            summary["recovery"] = finetune(model, train, dev, cfg.recovery, task, tmp,
+            summary["recovery"] = finetune(model, train, val, cfg.recovery, task, tmp,
                                            desc="recovery", loss_fn=loss)
         else:
-            final = dev_metrics()
-            summary["recovery"] = {"skipped": "prune.recover is false", "final_dev": final}
+            final = val_metrics()
+            summary["recovery"] = {"skipped": "prune.recover is false", "final_validation": final}
             write_one_evaluation(tmp, final)
         head_heatmap(norm, spec, tmp / "head_importance.png")
         write_importance_csv(norm, spec, tmp / "head_importance.csv")
         save_trained(model, tokenizer, out_dir, task)
-    summary["after"] = {"dev": dev_metrics()}
+    summary["after"] = {"validation": val_metrics()}
     return summary

@@ -172,10 +172,14 @@ def write_one_evaluation(curves_dir: Path, metrics: dict) -> None:
     log.close()
 
 
-def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task, curves_dir: Path,
+def finetune(model, train: Encoded, val: Encoded, cfg: FinetuneConfig, task, curves_dir: Path,
              desc: str = "fine-tune", loss_fn: LossFn | None = None) -> dict:
-    """Train `model` in place; return a summary (steps, wall time, final dev metrics:
-    `task.metrics`, compress.measure.metrics.task_metrics; task is a compress.data.prepare.Task).
+    """Train `model` in place; return a summary (steps, wall time, `final_validation`:
+    the metrics on `val`, `task.metrics`, compress.measure.metrics.task_metrics; task is a
+    compress.data.prepare.Task).
+
+    `val` is the validation split (Prepared.validation): the curves' evaluations and the
+    final figures are on it, never on dev, which only the reports score.
 
     `loss_fn(model, batch, idx)` computes the loss of a batch (rows `idx` of `train`);
     the default is cross-entropy on the labels. Distillation passes its own.
@@ -219,8 +223,8 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task, cur
                disable=not distributed.is_main())
 
     def evaluate():
-        logits = predict_logits(model, dev, sharded=world > 1)
-        m = task_metrics(task, dev, logits)
+        logits = predict_logits(model, val, sharded=world > 1)
+        m = task_metrics(task, val, logits)
         eval_log.log(step=step, epoch=round(step / steps_per_epoch, 4), **m)
         return m
 
@@ -269,6 +273,6 @@ def finetune(model, train: Encoded, dev: Encoded, cfg: FinetuneConfig, task, cur
         model.to("cpu")  # saved and measured like a single-process model
     return {"steps": step, "epochs": round(step / steps_per_epoch, 4), "train_rows": len(train),
             "sequences_seen": seen, "train_wall_s": round(wall, 1),
-            "train_seq_per_s": round(seen / wall, 1), "final_dev": last_eval,
+            "train_seq_per_s": round(seen / wall, 1), "final_validation": last_eval,
             **({"ranks": world} if world > 1 else {}),
             **({"bf16_autocast": f"off: {no_bf16}"} if no_bf16 else {})}
