@@ -54,8 +54,9 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
 
 
 def copy_repo(dst: Path, params_update: dict) -> Path:
-    """The code, dvc.yaml and params.yaml (sections updated key by key) in a new git + DVC repo."""
-    for name in ("compress", "pipelines"):
+    """The code, dvc.yaml, params.yaml (sections updated key by key) and the committed inputs
+    stages read (the GPU check's result, a dep of `compare`) in a new git + DVC repo."""
+    for name in ("compress", "pipelines", "reports/gpu"):
         shutil.copytree(REPO / name, dst / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", dst / "dvc.yaml")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
