@@ -120,11 +120,12 @@ def add_validation(root: Path, rows: slice = slice(None)) -> Path:
     from compress.core.io import sha256_file
 
     card = json.loads((root / "card.json").read_text(encoding="utf-8"))
-    if "validation" in card["splits"]:
+    if "validation" in card["splits"] and "validation_carved" in card:
         return root
     lines = (root / "dev.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[rows]
     (root / "validation.jsonl").write_text("".join(lines), encoding="utf-8")
     card["splits"]["validation"] = {"rows": len(lines), "sha256": sha256_file(root / "validation.jsonl")}
+    card["validation_carved"] = {"from": "dev", "rows": len(lines), "note": "test fixture: a copy of dev rows"}
     (root / "card.json").write_text(json.dumps(card, indent=2), encoding="utf-8")
     return root
 

@@ -240,8 +240,10 @@ def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
     assert rows == prepared.calibration_rows(10, seed=3) and rows != prepared.calibration_rows(10, seed=4)
     assert sorted(map(repr, prepared.calibration_rows(10_000, seed=0))) == sorted(map(repr, train))
     _, tok = tiny_model()
-    calib, val, info = quantization_slices(prepared_sst2, tok, OpenVinoConfig(calibration_rows=6, validation_rows=4, seed=3))
+    n_val = len(prepared.validation())
+    calib, val, info = quantization_slices(prepared_sst2, tok,
+                                           OpenVinoConfig(calibration_rows=6, validation_rows=n_val, seed=3))
     expected = encode(tok, prepared.calibration_rows(6, seed=3) + prepared.validation(), 128)
     got = [c["input_ids"][0].tolist() for c in calib] + [v["inputs"]["input_ids"][0].tolist() for v in val]
     assert got == [list(ids) for ids in expected.input_ids] and info["train_rows"] == len(train)
-    assert info["validation_split"] == "validation" and info["validation_rows"] == len(prepared.validation()) == 4
+    assert info["validation_split"] == "validation" and info["validation_rows"] == n_val

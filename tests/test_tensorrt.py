@@ -348,14 +348,17 @@ def test_runner_pads_chunks_and_unpads_taggers_and_classifiers(request, model, t
 
 
 def test_tagger_graphs_per_precision(tagger, conll_prepared, tmp_path):
+    from compress.data.prepare import Prepared
+
+    train_rows = len(Prepared.open(conll_prepared).split("train"))  # what the validation carve left
     calibration = training_batches(conll_prepared, tagger.dir, rows=32, batch_size=8, max_length=32)
-    assert sum(len(b["input_ids"]) for b in calibration) == 32  # the whole CoNLL train split
+    assert sum(len(b["input_ids"]) for b in calibration) == train_rows  # the whole CoNLL train split
     assert all(sorted(b) == sorted(INPUTS) for b in calibration)  # token ids only, never tags
     # a key that is no graph input (gold tags a caller kept) is not fed to calibration
     calibration[0] = {**calibration[0], "labels": np.zeros_like(calibration[0]["input_ids"])}
     fp16, int8 = tmp_path / "model.fp16.onnx", tmp_path / "model.int8.onnx"
     prepare_onnx(tagger.onnx, "fp16", fp16)
-    assert prepare_onnx(tagger.onnx, "int8", int8, calibration)["calibration_rows"] == 32
+    assert prepare_onnx(tagger.onnx, "int8", int8, calibration)["calibration_rows"] == train_rows
     batch = make_batch(5, 24, seed=3)
     ref = ort_logits(tagger.onnx, batch)
     assert ref.shape == (5, 24, len(TAGS))

@@ -132,11 +132,15 @@ class Prepared:
     def split(self, name: str) -> list[Example | Sentence]:
         """The rows of a prepared split. "validation" is refused, naming the fix, for data
         prepared before the validation split existed."""
-        if name == "validation" and ("validation_carved" not in self.card
-                                     or not (self.root / "validation.jsonl").is_file()):
+        if name == "validation" and not self.has_validation():
             raise DataError(f"{self.root}: prepared before the validation split existed (no validation.jsonl "
                             "or card.json without validation_carved); re-run the prepare stage (dvc repro prepare)")
         return read_jsonl(self.root / f"{name}.jsonl", self.task)
+
+    def has_validation(self) -> bool:
+        """True when prepare wrote a validation split: its card entries and its rows."""
+        return ("validation_carved" in self.card and "validation" in self.card.get("splits", {})
+                and (self.root / "validation.jsonl").is_file())
 
     def validation(self) -> list[Example | Sentence]:
         """The validation rows: what every choice (a seed, a tuning objective, an accuracy

@@ -25,8 +25,8 @@ NONE = {"validation_metrics": None, "validation_rows": None, "validation_sha256"
 
 
 def has_validation(prepared: Prepared) -> bool:
-    """True when prepare wrote a validation split (its card entry and its rows)."""
-    return "validation" in prepared.card.get("splits", {}) and (prepared.root / "validation.jsonl").is_file()
+    """True when prepare wrote a validation split (its card entries and its rows)."""
+    return prepared.has_validation()
 
 
 def validation_examples(prepared: Prepared, max_rows: int | None = None) -> list | None:
