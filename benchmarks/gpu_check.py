@@ -23,7 +23,6 @@ outputs. On a machine without CUDA every row is `skipped` with the reason.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -190,14 +189,14 @@ def measure_variant(runner, points, warmup: int, min_queries: int, min_s: float)
 
 
 def dev_sentences(path: Path | None) -> list[str]:
-    """The `sentence` column (else the first) of a GLUE-style TSV, read with quoting off
-    as the project's TSV reader does; [] when there is no file."""
+    """The texts of a labelled table (GLUE-style TSV with `sentence` and `label` columns,
+    or CSV / JSON Lines with those keys), read by the project's own reader; [] when there
+    is no file."""
     if path is None or not path.is_file():
         return []
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    col = rows[0].index("sentence") if "sentence" in rows[0] else 0
-    return [r[col] for r in rows[1:] if len(r) > col and r[col].strip()]
+    from compress.tasks.formats import format_of, read_table
+
+    return [row.text for row in read_table(path, format_of(path, None, False), "sentence", None, "label")]
 
 
 def agreement_batches(model_path: Path, sentences: list[str], rows: int = 256) -> tuple[list[dict], str]:
@@ -224,40 +223,11 @@ def agreement(runner, reference, batches: list[dict]) -> float:
     return round(same / total, 4)
 
 
-def _cell(p: dict) -> str:
-    return f"{p['latency_ms_p50']} ms" if p["status"] == "ok" else "does not fit"
+def render(result: dict, source: str = "reports/gpu/gpu_check.json") -> str:
+    """The Markdown page: the comparison page's GPU-check table (one renderer for both)."""
+    from compress.report.gpu_check import standalone_markdown
 
-
-def render(result: dict) -> str:
-    lines = ["# GPU check", "", f"Command: `{result.get('command', 'python benchmarks/gpu_check.py')}`", "",
-             f"CUDA: {json.dumps(result['cuda'])}", "", f"Agreement inputs: {result.get('agreement_inputs', '-')}", ""]
-    if result.get("tests"):
-        lines += [f"Suite GPU tests: {result['tests']['summary']}", ""]
-        lines += [f"- {s}" for s in result["tests"]["skips"] + result["tests"].get("failures", [])] + [""]
-    head = "| geometry | variant | " + " | ".join(f"p50 {b}x{s}" for b, s in POINTS) + \
-           " | seq/s 256x128 | peak GPU MiB 1x128 / 256x128 | agreement vs FP32 | note |"
-    lines += [head, "|" + "---|" * (len(POINTS) + 6)]
-    for row in result["rows"]:
-        if row["status"] != "ok":
-            lines.append(f"| {row['geometry']} | {row['variant']} | " + " | ".join("-" for _ in POINTS) +
-                         f" | - | - | - | skipped: {row['reason']} |")
-            continue
-        pts = {p["point"]: p for p in row["points"]}
-        big, one = pts.get("256x128", {}), pts.get("1x128", {})
-        mem = f"{one.get('peak_gpu_mem_mb', '-')} / {big.get('peak_gpu_mem_mb', '-')}"
-        lines.append(f"| {row['geometry']} | {row['variant']} | " +
-                     " | ".join(_cell(pts[f"{b}x{s}"]) for b, s in POINTS) +
-                     f" | {big.get('throughput_seq_per_s', '-')} | {mem} | {row.get('agreement_vs_eager_fp32', '-')} "
-                     f"| {row['source']} |")
-    if result.get("speedups"):
-        lines += ["", "CUDA-graph FP16 vs eager FP32 at 1x128 p50 (same run): " +
-                  ", ".join(f"{k} {v}x" for k, v in result["speedups"].items())]
-    ref = result.get("published_reference")
-    if ref:
-        lines += ["", f"bert-base CUDA-graph FP16 at 1x128: {ref['measured_ms']} ms here (PyTorch, {ref['here']}); "
-                  f"published {ref['engine']} bert-base figure on an {ref['gpu']}: {ref['latency_ms']} ms "
-                  "(not measured here: a yardstick from another GPU and engine)."]
-    return "\n".join(lines) + "\n"
+    return standalone_markdown(result, source)
 
 
 def measure_geometry(geom: str, result: dict, tmp: Path, timing: tuple, sentences: list[str],
@@ -331,8 +301,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    out.with_suffix(".md").write_text(render(result))
-    print(render(result))
+    page = render(result, str(out.with_suffix(".json")))
+    out.with_suffix(".md").write_text(page)
+    print(page)
     return 0
 
 

@@ -24,15 +24,10 @@ from compress.measure.metrics import task_ci95, task_metrics
 NONE = {"validation_metrics": None, "validation_rows": None, "validation_sha256": None}
 
 
-def has_validation(prepared: Prepared) -> bool:
-    """True when prepare wrote a validation split (its card entries and its rows)."""
-    return prepared.has_validation()
-
-
 def validation_examples(prepared: Prepared, max_rows: int | None = None) -> list | None:
     """The validation rows (the first `max_rows` when set, as eval_max_rows caps dev), or
     None when the directory has no validation split."""
-    if not has_validation(prepared):
+    if not prepared.has_validation():
         return None
     rows = prepared.split("validation")
     return rows[:max_rows] if max_rows else rows

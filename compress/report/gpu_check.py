@@ -55,7 +55,7 @@ def _lines(s: dict) -> tuple[str, list[str], list[list[str]], list[str]]:
     """(intro, header, table cells, notes): the one layout both renderings draw."""
     libs = ", ".join(f"{k} {v}" for k, v in s["libraries"].items())
     intro = (f"Measured by `benchmarks/gpu_check.py` in a run of its own on {s['device'] or 'no GPU'} ({libs}); "
-             f"source `{s['source']}`. Not comparable row by row with the tables above (another run, another "
+             f"source `{s['source']}`. Not comparable row by row with the comparison's tables (another run, another "
              "machine). Rows with random weights give latency and memory only; agreement is the argmax "
              f"agreement with eager FP32 on {s['agreement_inputs'] or 'the same inputs'}.")
     header = ["geometry", "variant", *(f"p50 {p} (ms)" for p in POINTS), "seq/s 256x128", "peak GPU MiB 1x128",
@@ -85,14 +85,29 @@ def _lines(s: dict) -> tuple[str, list[str], list[list[str]], list[str]]:
     return intro, header, cells, notes
 
 
+def _table_lines(s: dict) -> list[str]:
+    intro, header, cells, notes = _lines(s)
+    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table += ["| " + " | ".join(row) + " |" for row in cells]
+    return [intro, "", *table, "", *notes]
+
+
+def standalone_markdown(result: dict, source: str) -> str:
+    """benchmarks/gpu_check.py's own page: the command, what CUDA torch saw, the suite's
+    GPU tests with every skip and failure, then the table the comparison page shows."""
+    tests = result.get("tests") or {}
+    lines = ["# GPU check", "", f"Command: `{result.get('command', 'python benchmarks/gpu_check.py')}`", "",
+             f"CUDA: {json.dumps(result['cuda'])}", ""]
+    if tests:
+        lines += [f"- {x}" for x in tests.get("skips", []) + tests.get("failures", [])] + [""]
+    return "\n".join(lines + _table_lines(summary(result, source))) + "\n"
+
+
 def markdown_section(comp: dict) -> list[str]:
     s = comp.get("gpu_check")
     if not s:
         return []
-    intro, header, cells, notes = _lines(s)
-    table = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    table += ["| " + " | ".join(row) + " |" for row in cells]
-    return ["## GPU check (separate run)", "", intro, "", *table, "", *notes, ""]
+    return ["## GPU check (separate run)", "", *_table_lines(s), ""]
 
 
 def html_section(comp: dict, escape) -> list[str]:
