@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 import yaml  # noqa: E402
 
-from compress.core.config import load_params, merge, section  # noqa: E402
+from compress.core.config import load_params, section  # noqa: E402
 from compress.data.prepare import Prepared  # noqa: E402
 from compress.training.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill  # noqa: E402
 
@@ -85,9 +85,12 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for text in args.setting:
-            params = merge(base, parse_setting(text))
-            ccfg = section(params, "teacher_logits", CacheConfig)
-            dcfg = section(params, "distill", DistillConfig)
+            # the setting wins over the task's preset (a preset key would otherwise win over it)
+            setting = parse_setting(text)
+            if set(setting) - {"teacher_logits", "distill"}:
+                ap.error(f"--setting {text!r}: keys must start with teacher_logits. or distill.")
+            ccfg = section(base, "teacher_logits", CacheConfig, setting.get("teacher_logits"))
+            dcfg = section(base, "distill", DistillConfig, setting.get("distill"))
             t0 = time.perf_counter()
             meta = cache_teacher_outputs(Path(args.teacher), prepared, tmp / "cache", ccfg)
             cache_s = time.perf_counter() - t0

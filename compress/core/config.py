@@ -167,7 +167,11 @@ def resolve_preset(data: dict | None, name: str, task: str, known: tuple[str, ..
     return merge(data, presets.get(task) or {})
 
 
-def section(params: dict, name: str, cls):
+def section(params: dict, name: str, cls, override: dict | None = None):
     """Build config `cls` from section `name` of already-loaded params, with the active
-    task's preset (`<section>.by_task.<prepare.task>`) applied."""
-    return build(cls, resolve_preset(params.get(name), name, active_task(params), task_names(params)), name)
+    task's preset (`<section>.by_task.<prepare.task>`) applied, then `override` (keys of
+    the section, as a sweep sets them: they win over the preset, which wins over the base)."""
+    data = resolve_preset(params.get(name), name, active_task(params), task_names(params))
+    if override:
+        data = merge(data or {}, override)
+    return build(cls, data, name)

@@ -1,0 +1,50 @@
+"""The recipe sweeps in benchmarks/: a setting wins over the task's preset, the pruning
+sweep prunes with the pipeline's verb and names the setting best on validation."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from compress.core.config import build, section
+from compress.data.prepare import Prepared
+from compress.training.distill import CacheConfig, cache_teacher_outputs
+from compress.training.models import save_classifier
+from compress.training.prune import PruneConfig
+from conftest import tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PARAMS = {"prepare": {"task": "t", "by_task": {"t": {}}},
+          "prune": {"importance_rows": 100, "recover": False,
+                    "by_task": {"t": {"importance_rows": 200, "recover": True}}}}
+
+
+def test_section_override_wins_over_the_preset_which_wins_over_the_base():
+    assert section(PARAMS, "prune", PruneConfig).importance_rows == 200
+    cfg = section(PARAMS, "prune", PruneConfig, {"importance_rows": 8, "recovery": {"lr": 1e-4}})
+    assert (cfg.importance_rows, cfg.recover, cfg.recovery.lr) == (8, True, 1e-4)
+    with pytest.raises(Exception, match="importance_rowz"):  # a sweep's typo is refused like a params typo
+        section(PARAMS, "prune", PruneConfig, {"importance_rowz": 8})
+
+
+def test_prune_sweep_scores_each_setting_on_validation_and_dev(tmp_path, prepared_sst2):
+    from benchmarks.prune_sweep import markdown, sweep
+
+    prepared = Prepared.open(prepared_sst2)
+    model, tok = tiny_model()
+    save_classifier(model, tok, tmp_path / "student", ["negative", "positive"])
+    cache_teacher_outputs(tmp_path / "student", prepared, tmp_path / "cache",
+                          build(CacheConfig, {"max_length": 32, "threads": 1}, "teacher_logits"))
+    params = {"prepare": {"task": "sst2"}, "prune": {"importance_rows": 16, "importance_batch_size": 8}}
+    rec = sweep(prepared_sst2, tmp_path / "student", tmp_path / "cache", params,
+                ["head_fraction=0.25", "head_fraction=0.5,recover=true,recovery.epochs=null,recovery.max_steps=2,recovery.batch_size=4"],
+                tmp_path / "work", eval_max_length=32)
+    a, b = rec["results"]
+    assert (a["heads_removed"], b["heads_removed"]) == (2, 4) and a["heads_total"] == 8
+    assert "recovery_steps" not in a and b["recovery_steps"] == 2
+    assert set(a["validation"]) >= {"accuracy"} and set(a["dev"]) >= {"accuracy"}
+    best = max(rec["results"], key=lambda r: r["validation"]["accuracy"])  # first on a tie, as max() is
+    assert rec["best_on_validation"] == best["setting"] and rec["chosen_on"] == "validation"
+    assert "(best on validation)" in markdown(rec) and json.dumps(rec)
