@@ -223,7 +223,7 @@ def test_queued_experiments_run_in_parallel_with_a_relative_source(tmp_path):
     write_tsv(data / "train.tsv", ["sentence", "label"], SST2_ROWS * 4)
     write_tsv(data / "dev.tsv", ["sentence", "label"], SST2_ROWS)
     repo = copy_repo(tmp_path / "repo", {
-        "prepare": {"source": "../shared/data/sst2"},
+        "prepare": {"source": "../shared/data/sst2", "validation_disjoint_text": False},  # rows repeat
         # min_steps 0: the base recipe's floor (1,500 steps, for small real datasets) would
         # train each experiment's teacher 750 epochs of these 32 rows
         "teacher": {"model": "random:tiny", "train": {"epochs": 1.0, "min_steps": 0, "batch_size": 16,

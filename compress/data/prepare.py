@@ -34,11 +34,14 @@ from typing import Iterable, Iterator
 from compress.core.config import check
 from compress.core.errors import DataError
 from compress.core.io import atomic_dir, atomic_write_json, sha256_file
+from compress.data import overlap
 from compress.tasks.iob import Sentence
 from compress.tasks.base import Example, Task, get_kind, locate
 
 SPLITS = ("train", "dev")
-TRAIN, DEV, VALIDATION = 0, 1, 2  # a training row's role after the carves (one byte a row)
+# a training row's role after the carves (one byte a row); DROPPED: its text sits inside a
+# validation row's, so it is neither fitted on nor scored (validation_disjoint_text)
+TRAIN, DEV, VALIDATION, DROPPED = 0, 1, 2, 3
 COLUMN_KEYS = ("text", "text_pair", "label", "tokens", "tags")
 
 __all__ = ["DataError", "Example", "Prepared", "PrepareConfig", "Task", "prepare", "read_split"]
@@ -183,6 +186,10 @@ class PrepareConfig:
     # (after a dev carve, before the max_train_rows slice), capped at max_validation_rows.
     validation_fraction: float = 0.1
     max_validation_rows: int | None = 2000
+    # Draw validation only from rows whose text no other training row repeats or contains,
+    # and drop the training rows inside a drawn one (compress.data.overlap): a held-out
+    # sentence whose phrases stay in train is not held out. false: draw from every row.
+    validation_disjoint_text: bool = True
     revision: str | None = None  # Hub dataset revision (commit or tag) to pin
     max_train_rows: int | None = None  # None: all rows; else a seeded random subset
     max_dev_rows: int | None = None
@@ -326,11 +333,13 @@ def stratum_codes(rows: Iterable[Example | Sentence], task: Task) -> tuple[array
     return codes, keys
 
 
-def _strata(codes: array, keys: list[str], roles: bytearray, role: int) -> dict[str, array]:
-    """The ids of the rows of `role`, per stratum key, as compact int arrays."""
+def _strata(codes: array, keys: list[str], roles: bytearray, role: int,
+            blocked: bytearray | None = None) -> dict[str, array]:
+    """The ids of the rows of `role` (less those `blocked` marks), per stratum key, as
+    compact int arrays."""
     strata: dict[str, array] = defaultdict(lambda: array("i"))
     for i, code in enumerate(codes):
-        if roles[i] == role:
+        if roles[i] == role and not (blocked and blocked[i]):
             strata[keys[code]].append(i)
     return strata
 
@@ -343,7 +352,11 @@ def carve_roles(cfg: PrepareConfig, task: Task) -> tuple[bytearray, dict | None,
     `carve`'s seeded stratified share), then validation from the rows left, drawn with
     its own stream of the same seed: `validation_fraction` of each stratum, the fraction
     lowered so that at most `max_validation_rows` are drawn, and a seeded trim of the
-    one-per-stratum excess over the cap. Ids count training-file rows from 0."""
+    one-per-stratum excess over the cap. Ids count training-file rows from 0.
+
+    With `validation_disjoint_text` the draw (and the cap's fraction) counts only rows whose
+    text no other training row repeats or contains, and the training rows whose text sits
+    inside a drawn one get the role DROPPED (compress.data.overlap; card: disjoint_text)."""
     codes, keys = stratum_codes(examples(cfg, "train", task), task)
     roles = bytearray(len(codes))  # TRAIN everywhere
     dev_card = None
@@ -355,7 +368,14 @@ def carve_roles(cfg: PrepareConfig, task: Task) -> tuple[bytearray, dict | None,
             roles[i] = DEV
         dev_card = {"from": "train", "fraction": cfg.dev_fraction, "seed": cfg.seed, "rows": len(dev_ids),
                     "row_ids_sha256": _ids_sha256(dev_ids)}
-    pool = _strata(codes, keys, roles, TRAIN)
+    disjoint, blocked = None, None
+    if cfg.validation_disjoint_text:
+        # rows another row repeats or contains cannot be drawn (two more passes over the file)
+        index = overlap.TextIndex(_texts(cfg, task))
+        blocked = index.inside_another(_texts(cfg, task))
+        disjoint = {"candidates": sum(1 for i, b in enumerate(blocked) if not b and roles[i] == TRAIN),
+                    "rows_inside_another": sum(blocked)}
+    pool = _strata(codes, keys, roles, TRAIN, blocked)
     left = sum(map(len, pool.values()))
     cap = cfg.max_validation_rows
     fraction = min(cfg.validation_fraction, cap / left) if cap is not None and left else cfg.validation_fraction
@@ -368,7 +388,32 @@ def carve_roles(cfg: PrepareConfig, task: Task) -> tuple[bytearray, dict | None,
         roles[i] = VALIDATION
     val_card = {"from": "train", "fraction": cfg.validation_fraction, "max_rows": cap, "seed": cfg.seed,
                 "rows": len(val_ids), "row_ids_sha256": _ids_sha256(val_ids)}
+    if disjoint is not None:
+        if not val_ids:
+            raise DataError(f"{cfg.source}: {cfg.train}: no validation row can be held out with "
+                            "prepare.validation_disjoint_text: every training row's text repeats or sits inside "
+                            f"another's ({disjoint['rows_inside_another']} of {len(roles)} rows), or no label has two "
+                            "rows that do not; set it to false to draw from every row (a validation text may then "
+                            "also be in train)")
+        # training rows whose text sits inside a drawn validation row (its phrases) leave train
+        spans = overlap.sub_windows((t for i, t in enumerate(_texts(cfg, task)) if roles[i] == VALIDATION),
+                                    index.vocab)
+        dropped = 0
+        for i, hit in enumerate(overlap.inside(_texts(cfg, task), spans, index.vocab)):
+            if hit and roles[i] == TRAIN:
+                roles[i] = DROPPED
+                dropped += 1
+        val_card["disjoint_text"] = {
+            **disjoint, "train_rows_dropped": dropped,
+            "note": "validation drawn only from rows whose text no other training row repeats or contains; "
+                    "training rows whose text sits inside a validation row's were dropped"}
     return roles, dev_card, val_card
+
+
+def _texts(cfg: PrepareConfig, task: Task) -> Iterator[tuple[str, ...]]:
+    """The text(s) of every training row, streamed in file order."""
+    for ex in examples(cfg, "train", task):
+        yield task.kind_impl.texts(ex)
 
 
 def _ids_sha256(ids: list[int]) -> str:

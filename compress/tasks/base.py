@@ -84,6 +84,11 @@ class TaskKind:
         """The group a row is stratified by when a dev split is carved from train."""
         raise NotImplementedError
 
+    def texts(self, example) -> tuple[str, ...]:
+        """The text(s) a row holds, as a reader sees them: what prepare compares when it keeps
+        validation texts out of the training rows (compress.data.overlap)."""
+        raise NotImplementedError
+
     def to_json(self, example, labels: tuple[str, ...]) -> dict:
         raise NotImplementedError
 

@@ -51,6 +51,9 @@ class Classification(TaskKind):
     def stratum(self, example, labels):
         return labels[example.label]
 
+    def texts(self, example):
+        return (example.text_a,) if example.text_b is None else (example.text_a, example.text_b)
+
     def to_json(self, example, labels):
         return {"text_a": example.text_a, "text_b": example.text_b, "label": example.label}
 

@@ -63,6 +63,9 @@ class TokenClassification(TaskKind):
         names = [labels[t] for t in example.tags]
         return ",".join(sorted({k for k, *_ in ner.entities(names)}))
 
+    def texts(self, example):
+        return (" ".join(example.words),)
+
     def to_json(self, example, labels):
         return {"words": list(example.words), "tags": [labels[t] for t in example.tags]}
 
