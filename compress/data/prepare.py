@@ -373,10 +373,10 @@ def carve_roles(cfg: PrepareConfig, task: Task) -> tuple[bytearray, dict | None,
         # rows another row repeats or contains cannot be drawn (two more passes over the file)
         index = overlap.TextIndex(_texts(cfg, task))
         blocked = index.inside_another(_texts(cfg, task))
-        disjoint = {"candidates": sum(1 for i, b in enumerate(blocked) if not b and roles[i] == TRAIN),
-                    "rows_inside_another": sum(blocked)}
     pool = _strata(codes, keys, roles, TRAIN, blocked)
     left = sum(map(len, pool.values()))
+    if blocked is not None:
+        disjoint = {"candidates": left, "rows_inside_another": sum(blocked)}
     cap = cfg.max_validation_rows
     fraction = min(cfg.validation_fraction, cap / left) if cap is not None and left else cfg.validation_fraction
     rng = random.Random(f"validation:{cfg.seed}")
