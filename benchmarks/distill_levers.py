@@ -1,18 +1,22 @@
 """Which distillation lever buys how much: transfer-set augmentation, intermediate-layer
 terms, training length. Each setting builds the teacher-logits cache (with its
 augmentation) and distils a student with the pipeline's own verbs, one after another in
-one process, from one teacher; the label-only control is trained once per distinct budget.
+one process, from one teacher; the label-only control is trained once per distinct budget
+(its training does not read the loss terms or the augmented rows).
 Each student is scored on the validation split (what a choice between settings should
 read) and on dev (what the reports print), side by side.
 
     python benchmarks/distill_levers.py --prepared data/prepared --teacher models/teacher \
         --setting "teacher_logits.augment.size=0" \
         --setting "teacher_logits.augment.size=4" \
-        --setting "teacher_logits.augment.size=4,distill.loss.hidden_mse_weight=1" \
+        --setting "teacher_logits.augment.kinds=[swap,cross_pair]" \
+        --setting "distill.loss.hidden_mse_weight=1" \
         --json reports/mrpc/distill_levers.json
 
 Settings are comma-separated dotted keys over the `teacher_logits` and `distill` sections
-of params.yaml (with the active task's presets applied first).
+of params.yaml (with the active task's presets applied first; the setting wins); commas
+inside brackets belong to a list value; "" is params.yaml as it is. `best_on_validation`
+names the setting whose student scores highest on validation (the earliest on a tie).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,16 +62,110 @@ def dev_metrics(model_dir: Path, prepared: Prepared, max_length: int = 128) -> d
     return task_metrics(prepared.task, dev, predict_logits(model, dev))
 
 
+def split_setting(text: str) -> list[tuple[str, str]]:
+    """`a=1,b.c=[x,y]` -> [("a", "1"), ("b.c", "[x,y]")]: commas inside brackets belong to
+    the value (a list of augmentation kinds), the others separate keys."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text + ","):
+        depth += (ch in "[{") - (ch in "]}")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    out = []
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"setting {text!r}: {part!r} is not key=value")
+        out.append((key.strip(), value))
+    return out
+
+
 def parse_setting(text: str) -> dict:
+    """Dotted keys into nested mappings: `distill.loss.hidden_mse_weight=1`."""
     out: dict = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
+    for key, value in split_setting(text):
         node = out
-        *parents, leaf = key.strip().split(".")
+        *parents, leaf = key.split(".")
         for p in parents:
             node = node.setdefault(p, {})
         node[leaf] = parse_value(value)
     return out
+
+
+def control_key(dcfg: DistillConfig, ccfg: CacheConfig) -> str:
+    """What the label-only control depends on: its budget, the student's shape and the
+    length its gold rows are encoded at, not the loss terms or the augmentation."""
+    return json.dumps([asdict(dcfg.train), dcfg.student_layers, dcfg.intermediate_size,
+                       dcfg.freeze_word_embeddings, ccfg.max_length], sort_keys=True)
+
+
+def levers(prepared_dir: Path, teacher: Path, base: dict, settings: list[str], work: Path,
+           train_control: bool = True) -> dict:
+    """Distil one student per setting (each with its own teacher-logits cache) and train the
+    label-only control once per distinct budget; returns the record: a row per setting and
+    the one best on validation (dev never takes part in it)."""
+    prepared = Prepared.open(prepared_dir)
+    metric = prepared.task.primary_metric
+    base = {**base, "prepare": {**(base.get("prepare") or {}), "task": prepared.task.name}}
+    rows, controls = [], {}
+    for i, text in enumerate(settings):
+        # the setting wins over the task's preset (a preset key would otherwise win over it)
+        setting = parse_setting(text) if text else {}
+        if set(setting) - {"teacher_logits", "distill"}:
+            raise ValueError(f"setting {text!r}: keys must start with teacher_logits. or distill.")
+        ccfg = section(base, "teacher_logits", CacheConfig, setting.get("teacher_logits"))
+        dcfg = section(base, "distill", DistillConfig, setting.get("distill"))
+        key = control_key(dcfg, ccfg)
+        need_control = train_control and key not in controls
+        out = work / str(i)
+        t0 = time.perf_counter()
+        cache_teacher_outputs(teacher, prepared, out / "cache", ccfg)
+        cache_s = time.perf_counter() - t0
+        summary = distill(dcfg, teacher, out / "cache", prepared, out / "student", out / "curves",
+                          out / "control", out / "control_curves", train_control=need_control)
+        st = summary["student"]
+        if need_control:
+            controls[key] = {"setting": text or "(params.yaml)",
+                             "validation": summary["control"]["final_validation"],
+                             "dev": dev_metrics(out / "control", prepared),
+                             "train_s": summary["control"]["train_wall_s"]}
+        row = {"setting": text or "(params.yaml)", "transfer_rows": summary["transfer_rows"],
+               "steps": st["steps"], "cache_s": round(cache_s, 1), "student_train_s": st["train_wall_s"],
+               "intermediate_terms": summary["intermediate_terms"],
+               "student": {"validation": st["final_validation"], "dev": dev_metrics(out / "student", prepared)}}
+        if key in controls:  # the control trained for this budget (here or by an earlier setting)
+            row["control"] = controls[key]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    best = max(range(len(rows)), key=lambda i: (rows[i]["student"]["validation"][metric], -i))
+    return {"task": prepared.task.name, "teacher": str(teacher), "metric": metric, "chosen_on": "validation",
+            "best_on_validation": rows[best]["setting"], "results": rows}
+
+
+def markdown(record: dict) -> str:
+    """One table: the student and its control on validation (chooses) and dev (reports)."""
+    m = record["metric"]
+
+    def pct(d, k=m):
+        return f"{100 * d[k]:.2f}" if d.get(k) is not None else "-"
+
+    extra = [k for k in ("f1", "macro_f1") if k != m and record["results"]
+             and record["results"][0]["student"]["dev"].get(k) is not None][:1]
+    head = f"| setting | transfer rows | steps | val {m} | dev {m} |" + "".join(f" dev {k} |" for k in extra)
+    lines = [f"# Distillation levers ({record['task']}, in %; chosen on validation, dev only reports)", "",
+             head + f" control val {m} | control dev {m} | student - control (dev) | cache s | train s |",
+             "|---" * (10 + len(extra)) + "|"]
+    for r in record["results"]:
+        st, c = r["student"], r.get("control")
+        star = " **(best on validation)**" if r["setting"] == record["best_on_validation"] else ""
+        gap = f"{100 * (st['dev'][m] - c['dev'][m]):+.2f}" if c else "-"
+        lines.append(f"| `{r['setting']}`{star} | {r['transfer_rows']} | {r['steps']} | {pct(st['validation'])} | "
+                     f"{pct(st['dev'])} |" + "".join(f" {pct(st['dev'], k)} |" for k in extra)
+                     + f" {pct(c['validation']) if c else '-'} | {pct(c['dev']) if c else '-'} | {gap} | "
+                     f"{r['cache_s']} | {r['student_train_s']} |")
+    lines += ["", "The control is the same student trained on the gold labels only, once per training budget "
+              "(the row that trained it is named in the JSON)."]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -74,43 +173,24 @@ def main(argv=None) -> int:
     ap.add_argument("--prepared", default="data/prepared")
     ap.add_argument("--teacher", default="models/teacher")
     ap.add_argument("--params", default=str(REPO / "params.yaml"))
-    ap.add_argument("--setting", action="append", required=True)
+    ap.add_argument("--setting", action="append", required=True,
+                    help='dotted keys, e.g. "teacher_logits.augment.kinds=[swap,cross_pair]"; "" = params.yaml as is')
     ap.add_argument("--no-control", action="store_true", help="skip the label-only control")
-    ap.add_argument("--json")
+    ap.add_argument("--json", help="write the record here and its table beside it (.md)")
     args = ap.parse_args(argv)
-    prepared = Prepared.open(args.prepared)
-    base = load_params(args.params)
-    base["prepare"] = {**(base.get("prepare") or {}), "task": prepared.task.name}
-    results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        for text in args.setting:
-            # the setting wins over the task's preset (a preset key would otherwise win over it)
-            setting = parse_setting(text)
-            if set(setting) - {"teacher_logits", "distill"}:
-                ap.error(f"--setting {text!r}: keys must start with teacher_logits. or distill.")
-            ccfg = section(base, "teacher_logits", CacheConfig, setting.get("teacher_logits"))
-            dcfg = section(base, "distill", DistillConfig, setting.get("distill"))
-            t0 = time.perf_counter()
-            meta = cache_teacher_outputs(Path(args.teacher), prepared, tmp / "cache", ccfg)
-            cache_s = time.perf_counter() - t0
-            summary = distill(dcfg, Path(args.teacher), tmp / "cache", prepared, tmp / "student",
-                              tmp / "curves", tmp / "control", tmp / "control_curves",
-                              train_control=not args.no_control)
-            st = summary["student"]
-            row = {"setting": text, "transfer_rows": summary["transfer_rows"], "steps": st["steps"],
-                   "cache_s": round(cache_s, 1), "student_train_s": st["train_wall_s"],
-                   "student": {"validation": st["final_validation"], "dev": dev_metrics(tmp / "student", prepared)}}
-            if "control" in summary:
-                row["control"] = {"validation": summary["control"]["final_validation"],
-                                  "dev": dev_metrics(tmp / "control", prepared)}
-                row["control_train_s"] = summary["control"]["train_wall_s"]
-            results.append(row)
-            print(json.dumps(row), flush=True)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            record = levers(Path(args.prepared), Path(args.teacher), load_params(args.params), args.setting,
+                            Path(tmp), train_control=not args.no_control)
+    except ValueError as e:
+        ap.error(str(e))
+    table = markdown(record)
+    print(table)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"task": prepared.task.name, "teacher": args.teacher,
-                                               "results": results}, indent=2) + "\n")
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        path.with_suffix(".md").write_text(table)
     return 0
 
 

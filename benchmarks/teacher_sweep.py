@@ -12,7 +12,9 @@ A setting is comma-separated `key=value` over teacher.train keys (lr, epochs, ma
 warmup_ratio, batch_size, ...) plus `max_length`, set over params.yaml's `teacher` section
 with the task's preset applied (the setting wins over the preset). The data is prepared as
 the pipeline prepares it: params.yaml's `prepare` section with the task's preset and
-`--source` (so the validation split is the pipeline's).
+`--source` (so the validation split is the pipeline's). "" is the preset as it is; `seed=N`
+sweeps the fine-tuning seed. `best_on_validation` names the setting with the highest
+validation primary metric (the earliest on a tie); --json also writes its table (.md).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.distill_levers import dev_metrics, parse_value  # noqa: E402
+from benchmarks.distill_levers import dev_metrics, parse_value, split_setting  # noqa: E402
 from compress.cli import prepare_config  # noqa: E402
 from compress.core.config import load_params, section  # noqa: E402
 from compress.data.prepare import Prepared, prepare  # noqa: E402
@@ -34,11 +36,24 @@ from compress.training.teacher import TeacherConfig, build_teacher  # noqa: E402
 
 
 def parse_setting(text: str) -> dict:
-    out = {}
-    for part in text.split(","):
-        key, _, value = part.partition("=")
-        out[key.strip()] = parse_value(value)
-    return out
+    """`lr=5e-5,max_steps=575` -> {"lr": 5e-05, "max_steps": 575} (teacher.train keys)."""
+    return {key: parse_value(value) for key, value in split_setting(text)} if text else {}
+
+
+def markdown(record: dict) -> str:
+    """One table: validation (chooses) and dev (reports) for each setting."""
+    m = record["metric"]
+    keys = [m] + [k for k in ("f1", "macro_f1") if k != m and record["results"]
+                  and record["results"][0]["dev"].get(k) is not None][:1]
+    lines = [f"# Teacher sweep ({record['task']}, {record['model']}; in %; chosen on validation, dev only reports)",
+             "", "| setting | steps | " + " | ".join(f"val {k}" for k in keys) + " | "
+             + " | ".join(f"dev {k}" for k in keys) + " | train s |", "|---" * (3 + 2 * len(keys)) + "|"]
+    for r in record["results"]:
+        star = " **(best on validation)**" if r["setting"] == record["best_on_validation"] else ""
+        lines.append(f"| `{r['setting']}`{star} | {r['steps']} | "
+                     + " | ".join(f"{100 * r['validation'][k]:.2f}" for k in keys) + " | "
+                     + " | ".join(f"{100 * r['dev'][k]:.2f}" for k in keys) + f" | {r['train_wall_s']} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -59,6 +74,7 @@ def main(argv=None) -> int:
         if args.keep:
             prepare(pcfg, Path(args.keep) / "prepared")
         prepared = Prepared.open(tmp / "prepared")
+        metric = prepared.task.primary_metric
         params = load_params(args.params)
         params["prepare"] = {**(params.get("prepare") or {}), "task": args.task}
         for text in args.setting:
@@ -73,16 +89,22 @@ def main(argv=None) -> int:
             out = Path(args.keep) / str(len(results)) if args.keep else tmp / "teacher"
             summary = build_teacher(cfg, prepared, out, tmp / "curves")
             tr = summary["training"]
-            row = {"setting": text, "max_length": max_length, **s, "steps": tr["steps"],
+            row = {"setting": text or "(params.yaml)", "max_length": max_length, **s, "steps": tr["steps"],
                    "epochs": tr["epochs"], "train_wall_s": tr["train_wall_s"],
                    "stage_s": round(time.perf_counter() - t0, 1), "validation": tr["final_validation"],
                    "dev": dev_metrics(out, prepared)}
             results.append(row)
             print(json.dumps(row), flush=True)
+    best = max(range(len(results)), key=lambda i: (results[i]["validation"][metric], -i))
+    record = {"task": args.task, "model": cfg.model, "metric": metric, "chosen_on": "validation",
+              "best_on_validation": results[best]["setting"], "results": results}
+    table = markdown(record)
+    print(table)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"task": args.task, "model": cfg.model,
-                                               "results": results}, indent=2) + "\n")
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        path.with_suffix(".md").write_text(table)
     return 0
 
 

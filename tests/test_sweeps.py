@@ -67,3 +67,39 @@ def test_teacher_sweep_prepares_the_task_as_the_pipeline_does_and_the_setting_wi
     assert rec["task"] == "mrpc" and rec["model"] == "random:tiny"
     assert row["steps"] == 2 and row["max_length"] == 32
     assert set(row["validation"]) >= {"accuracy", "f1"} and set(row["dev"]) >= {"accuracy", "f1"}
+
+
+def test_a_setting_keeps_the_commas_inside_a_list_and_refuses_a_bare_key():
+    from benchmarks.distill_levers import parse_setting
+    from benchmarks.teacher_sweep import parse_setting as teacher_setting
+
+    assert parse_setting("teacher_logits.augment.kinds=[swap,cross_pair],distill.loss.hidden_mse_weight=1") == {
+        "teacher_logits": {"augment": {"kinds": ["swap", "cross_pair"]}}, "distill": {"loss": {"hidden_mse_weight": 1}}}
+    assert teacher_setting("lr=5e-5,max_steps=575,seed=3") == {"lr": 5e-5, "max_steps": 575, "seed": 3}
+    assert teacher_setting("") == {}
+    with pytest.raises(ValueError, match="'max_steps' is not key=value"):
+        parse_setting("distill.train.lr=1e-4,max_steps")
+
+
+def test_distill_levers_score_each_student_and_train_the_control_once_per_budget(tmp_path, prepared_sst2):
+    """Two settings with one budget (the loss term differs) share one control; a third with a
+    longer budget trains its own; the best is named on validation, dev beside it."""
+    from benchmarks.distill_levers import levers, markdown
+
+    model, tok = tiny_model()
+    save_classifier(model, tok, tmp_path / "teacher", ["negative", "positive"])
+    params = {"prepare": {"task": "sst2"}, "teacher_logits": {"max_length": 32, "threads": 1},
+              "distill": {"student_layers": [0], "train": {"epochs": None, "max_steps": 2, "batch_size": 4,
+                                                           "eval_every_steps": 0, "threads": 1}}}
+    rec = levers(prepared_sst2, tmp_path / "teacher", params,
+                 ["", "distill.loss.hidden_mse_weight=1", "distill.train.max_steps=3"], tmp_path / "work")
+    a, b, c = rec["results"]
+    assert (a["setting"], a["steps"], c["steps"]) == ("(params.yaml)", 2, 3)
+    assert b["intermediate_terms"] != "off" and a["intermediate_terms"] == "off"
+    assert a["control"] == b["control"] and b["control"]["setting"] == "(params.yaml)"
+    assert c["control"]["setting"] == "distill.train.max_steps=3"
+    assert set(a["student"]["validation"]) >= {"accuracy"} and set(a["student"]["dev"]) >= {"accuracy"}
+    best = max(rec["results"], key=lambda r: r["student"]["validation"]["accuracy"])
+    assert rec["best_on_validation"] == best["setting"] and rec["chosen_on"] == "validation"
+    table = markdown(rec)
+    assert "(best on validation)" in table and table.count("\n| `") == 3
