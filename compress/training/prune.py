@@ -43,7 +43,7 @@ class PruneConfig:
     importance_rows: int = 8192  # training rows used to score heads and neurons
     importance_batch_size: int = 32
     seed: int = 0
-    recover: bool = False  # short distillation from the teacher after pruning
+    recover: bool = True  # short distillation from the cached teacher logits after pruning (chosen on validation)
     freeze_word_embeddings: bool = True  # as in distill: keep the word-embedding table fixed in recovery
     recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
     loss: DistillLossConfig = field(default_factory=DistillLossConfig)
