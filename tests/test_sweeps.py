@@ -39,7 +39,7 @@ def test_prune_sweep_scores_each_setting_on_validation_and_dev(tmp_path, prepare
                           build(CacheConfig, {"max_length": 32, "threads": 1}, "teacher_logits"))
     params = {"prepare": {"task": "sst2"}, "prune": {"importance_rows": 16, "importance_batch_size": 8}}
     rec = sweep(prepared_sst2, tmp_path / "student", tmp_path / "cache", params,
-                ["head_fraction=0.25", "head_fraction=0.5,recover=true,recovery.epochs=null,recovery.max_steps=2,recovery.batch_size=4"],
+                ["head_fraction=0.25,recover=false", "head_fraction=0.5,recover=true,recovery.epochs=null,recovery.max_steps=2,recovery.batch_size=4"],
                 tmp_path / "work", eval_max_length=32)
     a, b = rec["results"]
     assert (a["heads_removed"], b["heads_removed"]) == (2, 4) and a["heads_total"] == 8
