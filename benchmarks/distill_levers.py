@@ -92,6 +92,22 @@ def parse_setting(text: str) -> dict:
     return out
 
 
+def best_on_validation(rows: list[dict], score) -> str:
+    """The setting of the row with the highest `score(row)` (a validation figure; the
+    earliest on a tie): what every sweep here names, dev never taking part."""
+    return rows[max(range(len(rows)), key=lambda i: (score(rows[i]), -i))]["setting"]
+
+
+def write_record(path: str | None, record: dict, table: str) -> None:
+    """Print the sweep's table; with --json, write the record there and the table beside it (.md)."""
+    print(table)
+    if path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        path.with_suffix(".md").write_text(table)
+
+
 def control_key(dcfg: DistillConfig, ccfg: CacheConfig) -> str:
     """What the label-only control depends on: its budget, the student's shape and the
     length its gold rows are encoded at, not the loss terms or the augmentation."""
@@ -137,9 +153,9 @@ def levers(prepared_dir: Path, teacher: Path, base: dict, settings: list[str], w
             row["control"] = controls[key]
         rows.append(row)
         print(json.dumps(row), flush=True)
-    best = max(range(len(rows)), key=lambda i: (rows[i]["student"]["validation"][metric], -i))
     return {"task": prepared.task.name, "teacher": str(teacher), "metric": metric, "chosen_on": "validation",
-            "best_on_validation": rows[best]["setting"], "results": rows}
+            "best_on_validation": best_on_validation(rows, lambda r: r["student"]["validation"][metric]),
+            "results": rows}
 
 
 def markdown(record: dict) -> str:
@@ -184,13 +200,7 @@ def main(argv=None) -> int:
                             Path(tmp), train_control=not args.no_control)
     except ValueError as e:
         ap.error(str(e))
-    table = markdown(record)
-    print(table)
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2) + "\n")
-        path.with_suffix(".md").write_text(table)
+    write_record(args.json, record, markdown(record))
     return 0
 
 

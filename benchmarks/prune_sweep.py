@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.distill_levers import dev_metrics, parse_setting  # noqa: E402
+from benchmarks.distill_levers import best_on_validation, dev_metrics, parse_setting, write_record  # noqa: E402
 from compress.core.config import load_params, section  # noqa: E402
 from compress.data.prepare import Prepared  # noqa: E402
 from compress.training.prune import PruneConfig, prune_student  # noqa: E402
@@ -58,9 +58,8 @@ def sweep(prepared_dir: Path, student: Path, cache: Path, base: dict, settings: 
             row["recovery_steps"] = summary["recovery"]["steps"]
         rows.append(row)
         print(json.dumps(row), flush=True)
-    best = max(range(len(rows)), key=lambda i: (rows[i]["validation"][metric], -i))
-    return {"task": prepared.task.name, "student": str(student), "metric": metric,
-            "chosen_on": "validation", "best_on_validation": rows[best]["setting"], "results": rows}
+    return {"task": prepared.task.name, "student": str(student), "metric": metric, "chosen_on": "validation",
+            "best_on_validation": best_on_validation(rows, lambda r: r["validation"][metric]), "results": rows}
 
 
 def markdown(record: dict) -> str:
@@ -94,13 +93,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         record = sweep(Path(args.prepared), Path(args.student), Path(args.cache), load_params(args.params),
                        args.setting, Path(tmp))
-    table = markdown(record)
-    print(table)
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2) + "\n")
-        path.with_suffix(".md").write_text(table)
+    write_record(args.json, record, markdown(record))
     return 0
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.distill_levers import dev_metrics, parse_value, split_setting  # noqa: E402
+from benchmarks.distill_levers import (best_on_validation, dev_metrics, parse_value, split_setting,  # noqa: E402
+                                      write_record)
 from compress.cli import prepare_config  # noqa: E402
 from compress.core.config import load_params, section  # noqa: E402
 from compress.data.prepare import Prepared, prepare  # noqa: E402
@@ -95,16 +96,10 @@ def main(argv=None) -> int:
                    "dev": dev_metrics(out, prepared)}
             results.append(row)
             print(json.dumps(row), flush=True)
-    best = max(range(len(results)), key=lambda i: (results[i]["validation"][metric], -i))
     record = {"task": args.task, "model": cfg.model, "metric": metric, "chosen_on": "validation",
-              "best_on_validation": results[best]["setting"], "results": results}
-    table = markdown(record)
-    print(table)
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(record, indent=2) + "\n")
-        path.with_suffix(".md").write_text(table)
+              "best_on_validation": best_on_validation(results, lambda r: r["validation"][metric]),
+              "results": results}
+    write_record(args.json, record, markdown(record))
     return 0
 
 
