@@ -41,7 +41,8 @@ def main(params: dict) -> None:
         "built": built,
         "parity": {p: {**b["fp32"].get("parity", {}), **b["int8"].get("parity", {})} for p, b in built.items()},
         "quantization": {p: {k: b["int8"].get(k) for k in ("approach", "validation", "ptq_validation",
-                                                           "embedding_route", "inference_precision", "calibration")}
+                                                           "embedding_route", "inference_precision", "float_parts",
+                                                           "calibration")}
                          for p, b in built.items()},
         "sizes_mb": {f"{p}_ov{suffix}": b[k]["size_mb"] for p, b in built.items()
                      for k, suffix in (("fp32", ""), ("int8", "_int8"))},

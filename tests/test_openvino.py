@@ -306,14 +306,68 @@ def test_accuracy_control_takes_over_when_ptq_loses_accuracy(built, tmp_path, mo
 
     monkeypatch.setattr(oi, "_quantize", quantize)
     monkeypatch.setattr(oi, "validate", validate)
-    cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3)
+    # f32 float parts: no float-parts check, so the 2nd validate call is the PTQ IR on any CPU
+    cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3, int8_inference_precision="f32")
     calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
     out = quantize_openvino(root / "ov", tmp_path / "ac", cfg, calib, val, data_info=info)
-    assert calls == [False, True]
+    assert calls == [False, True] and "float_parts" not in out
     assert out["ptq_validation"]["accuracy_int8"] == 0.0 and out["ptq_validation"]["relative_drop"] == 1.0
     assert out["approach"] == "accuracy_control" and out["validation"]["rows"] == 20
     meta = json.loads((tmp_path / "ac/openvino.json").read_text())
     assert meta["route"] == "nncf.quantize_with_accuracy_control" and meta["calibration"]["split"] == "train"
+
+
+def test_float_parts_choice():
+    """auto keeps bf16 float parts while they stay within the max drop, or while f32 does no
+    better; else f32 (the AMX case: 81.6 F1 with bf16, 86.8 with f32, FP32 IR 86.5)."""
+    hint, rec = oi.choose_float_parts(0.865, 0.816, 0.868, 0.01)
+    assert hint == "f32" and rec["chosen"] == "f32" and rec["bf16_relative_drop"] == pytest.approx(0.0566, abs=1e-3)
+    assert "lost 5.66%" in rec["why"]
+    assert oi.choose_float_parts(0.865, 0.860, 0.868, 0.01)[0] == "bf16"  # within 1%
+    assert oi.choose_float_parts(0.865, 0.816, 0.816, 0.01)[0] == "bf16"  # f32 no better: keep the faster
+
+
+def test_batched_check_scores_what_one_row_at_a_time_scores(built):
+    """The float-parts check regroups the batch-1 validation items into length-sorted padded
+    batches (as the measurement runs them); at f32 they score the same rows the same way."""
+    root, _, _ = built
+    from compress.training.models import load_tokenizer
+
+    cfg = OpenVinoConfig(calibration_rows=4, validation_rows=20, seed=3)
+    _, val, _ = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    batched = oi.batch_items(val, 8)
+    assert [len(b["gold"]) for b in batched] == [8, 8, 4]
+    lengths = [b["inputs"]["input_ids"].shape[1] for b in batched]
+    assert lengths == sorted(lengths) and lengths[-1] == max(i["inputs"]["input_ids"].shape[1] for i in val)
+    assert sum(int(b["inputs"]["attention_mask"].sum()) for b in batched) == \
+        sum(int(i["inputs"]["attention_mask"].sum()) for i in val)  # padding is masked, nothing else added
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(str(root / "ov_int8/model.xml")), "CPU", compile_config("f32", 2, False))
+    one, per_one = oi.validate(compiled, val)
+    many, per_many = oi.validate(compiled, batched)
+    assert many == pytest.approx(one) and sorted(per_many) == pytest.approx(sorted(per_one)) and len(per_many) == 20
+
+
+@pytest.mark.skipif(oi._bf16_ok() is False, reason="no native bf16 on this CPU: auto runs the float parts in f32 "
+                                                   "without a check")
+def test_auto_falls_back_to_f32_float_parts_when_bf16_loses(built, tmp_path, monkeypatch):
+    """On a native-bf16 CPU, auto scores the INT8 IR with bf16 and f32 float parts; when bf16
+    loses beyond the max drop (forced here), the IR records f32 and the runner runs it so."""
+    root, _, _ = built
+    from compress.training.models import load_tokenizer
+
+    real = oi.choose_float_parts
+    monkeypatch.setattr(oi, "choose_float_parts", lambda parent, bf16, f32, max_drop: real(parent, 0.0, f32, max_drop))
+    cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3, accuracy_control="never")
+    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "fp", cfg, calib, val, data_info=info)
+    parts = out["float_parts"]
+    assert parts["chosen"] == "f32" == out["inference_precision"] and parts["rows"] == 20 and parts["batch_size"] == 64
+    assert parts["int8_f32"] == pytest.approx(out["validation"]["accuracy_int8"])  # same rows, same precision
+    meta = json.loads((tmp_path / "fp/openvino.json").read_text())
+    assert meta["runtime"]["int8"]["inference_precision"] == "f32"
+    runner = OpenVinoRunner(Artifact("x_ov_int8", tmp_path / "fp", "openvino", "int8"), "cpu", 2)
+    assert runner.backend == "openvino-cpu-f32"
 
 
 def test_own_embedding_quantization_is_per_row_and_exact(built):
@@ -443,6 +497,10 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
         pred.append(run_session(session, item["inputs"])[keep].argmax(-1).tolist())
     assert f1 == pytest.approx(entity_metrics(gold, pred, CONLL_TAGS)["f1"]) == pytest.approx(v["accuracy_fp32"])
     assert per_item == pytest.approx([float(np.mean(np.array(g) == np.array(p))) for g, p in zip(gold, pred)])
+    # the float-parts check's padded batches score the same sentences the same way (tags: IGNORE on padding)
+    batched = oi.batch_items(val, 3)
+    assert [b["gold"].shape == b["inputs"]["input_ids"].shape for b in batched] == [True, True]
+    assert oi.validate(compiled, batched)[0] == pytest.approx(f1)
 
 
 def test_predict_on_an_openvino_ir_imports_no_torch_and_prints_no_warning(built):
