@@ -228,7 +228,8 @@ def test_hub_rows_are_validated(monkeypatch):
 def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
     """Prepared.calibration_rows: seeded, training rows only, every row when asked for more;
     OpenVINO calibrates on exactly its rows and checks accuracy on the validation split."""
-    from compress.backends.openvino_ir import OpenVinoConfig, quantization_slices
+    from compress.backends.openvino_check import quantization_slices
+    from compress.backends.openvino_ir import OpenVinoConfig
     from compress.data.prepare import Prepared
     from compress.data.tokens import encode
     from conftest import tiny_model
@@ -241,9 +242,13 @@ def test_one_calibration_sampler_draws_training_rows_only(prepared_sst2):
     assert sorted(map(repr, prepared.calibration_rows(10_000, seed=0))) == sorted(map(repr, train))
     _, tok = tiny_model()
     n_val = len(prepared.validation())
-    calib, val, info = quantization_slices(prepared_sst2, tok,
-                                           OpenVinoConfig(calibration_rows=6, validation_rows=n_val, seed=3))
+    data = quantization_slices(prepared_sst2, tok, OpenVinoConfig(calibration_rows=6, validation_rows=n_val, seed=3))
     expected = encode(tok, prepared.calibration_rows(6, seed=3) + prepared.validation(), 128)
-    got = [c["input_ids"][0].tolist() for c in calib] + [v["inputs"]["input_ids"][0].tolist() for v in val]
-    assert got == [list(ids) for ids in expected.input_ids] and info["train_rows"] == len(train)
-    assert info["validation_split"] == "validation" and info["validation_rows"] == n_val
+    got = [c["input_ids"][0].tolist() for c in data.calibration] + \
+        [v["inputs"]["input_ids"][0].tolist() for v in data.validation]
+    assert got == [list(ids) for ids in expected.input_ids] and data.info["train_rows"] == len(train)
+    assert data.info["validation_split"] == "validation" and data.info["validation_rows"] == n_val
+    # the float-parts check's batches hold the same validation rows, no calibration row
+    batched = sorted(tuple(r[m == 1].tolist()) for b in data.batched
+                     for r, m in zip(b["inputs"]["input_ids"], b["inputs"]["attention_mask"]))
+    assert batched == sorted(tuple(v["inputs"]["input_ids"][0].tolist()) for v in data.validation)

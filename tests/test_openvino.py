@@ -21,7 +21,8 @@ from compress.data.prepare import Prepared, prepare
 from compress.training.models import save_classifier
 from compress.backends.onnx_export import ExportConfig, count_initializer_params, cpu_session, export_onnx, run_session
 from compress.backends.openvino_ir import (OpenVinoConfig, OpenVinoParityError, build_openvino, convert_onnx,
-                                  embedding_tables, quantize_embedding_tables, quantize_openvino, quantization_slices)
+                                  embedding_tables, quantize_embedding_tables, quantize_openvino)
+from compress.backends.openvino_check import quantization_slices
 from compress.backends.openvino_runner import OpenVinoIrError, OpenVinoRunner, compile_config, gpu_unavailable, parity_check
 from compress.backends.base import Artifact, load_runner, skip_reason
 from conftest import CONLL_TAGS, preset, tiny_model, write_tsv
@@ -242,7 +243,8 @@ def test_calibration_is_training_rows_and_the_accuracy_check_validation_rows(bui
     from compress.training.models import load_tokenizer
 
     tok = load_tokenizer(root / "plain")
-    calib, val, _ = quantization_slices(root / "poisoned", tok, CFG)
+    data = quantization_slices(root / "poisoned", tok, CFG)
+    calib, val = data.calibration, data.validation
     ids = lambda batch: tuple(batch["input_ids"][0].tolist())  # noqa: E731
     prepared = Prepared.open(root / "poisoned")
     train = {tuple(tok(e.text_a)["input_ids"]): e.label for e in prepared.split("train")}
@@ -261,8 +263,8 @@ def test_float_embedding_option_keeps_tables_float(built, tmp_path):
     from compress.training.models import load_tokenizer
 
     cfg = OpenVinoConfig(calibration_rows=8, validation_rows=8, quantize_embeddings=False)
-    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
-    out = quantize_openvino(root / "ov", tmp_path / "float_emb", cfg, calib, val, data_info=info)
+    data = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "float_emb", cfg, data)
     tables = embedding_tables(ov.Core().read_model(str(tmp_path / "float_emb/model.xml")))
     assert tables["/bert/embeddings/word_embeddings/Gather"]["dtype"] == "f32"
     assert out["embedding_route"].startswith("float") and out["size_mb"] > 3 * summary["int8"]["size_mb"]
@@ -280,8 +282,8 @@ def test_tables_nncf_leaves_float_are_quantized_per_row_by_us(built, tmp_path, m
     monkeypatch.setattr(oi, "_quantize", lambda model, calib, val, cfg, controlled: real(
         model, calib, val, replace(cfg, quantize_embeddings=False), controlled))
     cfg = OpenVinoConfig(calibration_rows=8, validation_rows=8)
-    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
-    out = quantize_openvino(root / "ov", tmp_path / "own", cfg, calib, val, data_info=info)
+    data = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "own", cfg, data)
     assert out["embedding_route"].startswith("own int8 per-row")
     tables = embedding_tables(ov.Core().read_model(str(tmp_path / "own/model.xml")))
     assert all(t["dtype"] == "i8" and t["scale_shape"] == [t["shape"][0], 1] for t in tables.values())
@@ -308,8 +310,8 @@ def test_accuracy_control_takes_over_when_ptq_loses_accuracy(built, tmp_path, mo
     monkeypatch.setattr(oi, "validate", validate)
     # f32 float parts: no float-parts check, so the 2nd validate call is the PTQ IR on any CPU
     cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3, int8_inference_precision="f32")
-    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
-    out = quantize_openvino(root / "ov", tmp_path / "ac", cfg, calib, val, data_info=info)
+    data = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "ac", cfg, data)
     assert calls == [False, True] and "float_parts" not in out
     assert out["ptq_validation"]["accuracy_int8"] == 0.0 and out["ptq_validation"]["relative_drop"] == 1.0
     assert out["approach"] == "accuracy_control" and out["validation"]["rows"] == 20
@@ -333,9 +335,9 @@ def test_batched_check_scores_what_one_row_at_a_time_scores(built):
     root, _, _ = built
     from compress.training.models import load_tokenizer
 
-    cfg = OpenVinoConfig(calibration_rows=4, validation_rows=20, seed=3)
-    _, val, _ = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
-    batched = oi.batch_items(val, 8)
+    cfg = OpenVinoConfig(calibration_rows=4, validation_rows=20, seed=3, check_batch_size=8)
+    data = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    val, batched = data.validation, data.batched
     assert [len(b["gold"]) for b in batched] == [8, 8, 4]
     lengths = [b["inputs"]["input_ids"].shape[1] for b in batched]
     assert lengths == sorted(lengths) and lengths[-1] == max(i["inputs"]["input_ids"].shape[1] for i in val)
@@ -359,8 +361,8 @@ def test_auto_falls_back_to_f32_float_parts_when_bf16_loses(built, tmp_path, mon
     real = oi.choose_float_parts
     monkeypatch.setattr(oi, "choose_float_parts", lambda parent, bf16, f32, max_drop: real(parent, 0.0, f32, max_drop))
     cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3, accuracy_control="never")
-    calib, val, info = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
-    out = quantize_openvino(root / "ov", tmp_path / "fp", cfg, calib, val, data_info=info)
+    data = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
+    out = quantize_openvino(root / "ov", tmp_path / "fp", cfg, data)
     parts = out["float_parts"]
     assert parts["chosen"] == "f32" == out["inference_precision"] and parts["rows"] == 20 and parts["batch_size"] == 64
     assert parts["int8_f32"] == pytest.approx(out["validation"]["accuracy_int8"])  # same rows, same precision
@@ -477,7 +479,8 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     assert len(words["fp32"]) == 25 and (words["int8"] == words["fp32"]).mean() >= 0.8
 
     # validation items: validation-split rows with the gold tag on each word's first piece
-    calib, val, info = quantization_slices(root / "prepared", tok, CFG)
+    data = quantization_slices(root / "prepared", tok, replace(CFG, check_batch_size=3))
+    val, info = data.validation, data.info
     assert info["validation_rows"] == len(prepared.validation()) == 4  # all of them: fewer than 16
     for item in val:
         assert item["gold"].shape == item["inputs"]["input_ids"].shape
@@ -498,8 +501,9 @@ def test_tagger_irs_per_token_parity_and_entity_f1_validation(conll, tmp_path): 
     assert f1 == pytest.approx(entity_metrics(gold, pred, CONLL_TAGS)["f1"]) == pytest.approx(v["accuracy_fp32"])
     assert per_item == pytest.approx([float(np.mean(np.array(g) == np.array(p))) for g, p in zip(gold, pred)])
     # the float-parts check's padded batches score the same sentences the same way (tags: IGNORE on padding)
-    batched = oi.batch_items(val, 3)
+    batched = data.batched
     assert [b["gold"].shape == b["inputs"]["input_ids"].shape for b in batched] == [True, True]
+    assert all((b["gold"][b["inputs"]["attention_mask"] == 0] == IGNORE).all() for b in batched)
     assert oi.validate(compiled, batched)[0] == pytest.approx(f1)
 
 

@@ -178,7 +178,8 @@ def test_the_kept_teacher_is_the_argmax_of_validation_not_the_last_or_first(pois
 
 def test_logits_distillation_pruning_and_parity_never_read_dev(poisoned, teacher):
     from compress.backends.onnx_export import parity_batches
-    from compress.backends.openvino_ir import OpenVinoConfig, quantization_slices
+    from compress.backends.openvino_check import quantization_slices
+    from compress.backends.openvino_ir import OpenVinoConfig
     from compress.training.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill
     from compress.training.models import load_saved
     from compress.training.prune import PruneConfig, prune_student
@@ -198,9 +199,8 @@ def test_logits_distillation_pruning_and_parity_never_read_dev(poisoned, teacher
     assert "validation_before_recovery" in pruned["pruned"] and pruned["eval_split"] == "validation"
     _, tok = load_saved(root / "student")
     assert len(parity_batches(prepared, tok, [[1, 8], [2, 16]])) == 2
-    calib, val, info = quantization_slices(root / "prepared", tok, OpenVinoConfig(calibration_rows=8,
-                                                                                   validation_rows=8))
-    assert info["validation_split"] == "validation" and len(val) == 8
+    data = quantization_slices(root / "prepared", tok, OpenVinoConfig(calibration_rows=8, validation_rows=8))
+    assert data.info["validation_split"] == "validation" and len(data.validation) == 8
 
 
 # --- the source: dev is read only where figures are reported --------------------------------

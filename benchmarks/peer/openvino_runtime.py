@@ -23,7 +23,7 @@ OV_RUNTIME_FILE = "peer_runtime.json"  # beside a peer IR: what each precision i
 
 
 def default_runtime(precision: str) -> dict:
-    """The project's rule (compress.backends.openvino_ir.runtime_settings with its defaults): fp32 runs
+    """The project's rule (compress.backends.openvino_ir PRECISION_HINTS, int8_hint): fp32 runs
     at f32, bf16 at bf16, and what an INT8 graph leaves in float at bf16 where the CPU has
     native bf16, else f32; no CPU pinning."""
     if precision == "int8":

@@ -33,7 +33,8 @@ scored 81.6 validation F1 with bf16 float parts in batches of 64 (85.4 one row a
 and 86.8 with f32 ones, beside 86.5 for the FP32 IR: NNCF's check at batch 1 saw a 1.2%
 drop and the measurement a 5.7% one. The chosen precision is written to the IR's
 openvino.json, so the runner, the parity check and the measurement all use it, and the
-figures of both go into the summary (`float_parts`).
+figures of both go into the summary (`float_parts`). The rows, both checks and the choice
+live in compress.backends.openvino_check.
 The metric (`validate`, NNCF's validation_fn: an aggregate and one value per item) is
 accuracy, 1/0 per row, for a classifier. For a tagger the aggregate is the task's primary
 metric, entity F1 over the validation sentences' kept words (compress.tasks.iob, conlleval
@@ -65,7 +66,6 @@ runner is unavailable unless OpenVINO lists a GPU device.
 """
 from __future__ import annotations
 
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -76,11 +76,11 @@ import numpy as np
 from compress.core.config import check
 from compress.backends.parity import check_settings
 from compress.backends.registry import write_manifest
-from compress.data.prepare import Prepared
 from compress.core.env import versions as env_versions
 from compress.core.errors import UserError
 from compress.core.io import atomic_dir, atomic_write_json, sha256_file
-from compress.backends.openvino_runner import IR_BIN, IR_XML, META_FILE, compile_config, feed, parity_check, read_meta
+from compress.backends.openvino_check import QuantizationData, choose_float_parts, quantization_slices, validate
+from compress.backends.openvino_runner import IR_BIN, IR_XML, META_FILE, compile_config, parity_check, read_meta
 
 PRESETS = ("performance", "mixed")
 MODEL_TYPES = ("transformer", "none")
@@ -151,9 +151,13 @@ def int8_hint(setting: str) -> str:
     return "f32" if bf16_unavailable() else "bf16"
 
 
-def runtime_settings(precision: str, cfg: OpenVinoConfig) -> dict:
-    """What an IR of `precision` (fp32 | bf16 | int8) is compiled with, threads aside."""
-    hint = {"fp32": "f32", "bf16": "bf16"}.get(precision) or int8_hint(cfg.int8_inference_precision)
+# the inference precision each IR precision runs with; int8's float parts: int8_hint / the check
+PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16"}
+
+
+def runtime_settings(hint: str, cfg: OpenVinoConfig) -> dict:
+    """What an IR is compiled with, threads aside: `hint` the inference precision
+    (PRECISION_HINTS, or an INT8 IR's chosen float parts)."""
     return {"inference_precision": hint, "cpu_pinning": cfg.cpu_pinning}
 
 
@@ -234,115 +238,6 @@ def quantize_embedding_tables(model) -> list[str]:
     return done
 
 
-# --- data: training rows calibrate, validation rows check --------------------------------
-
-def quantization_slices(prepared_root: str | Path, tokenizer,
-                        cfg: OpenVinoConfig) -> tuple[list[dict], list[dict], dict]:
-    """Calibration rows from the training split, drawn by the one calibration sampler
-    (`Prepared.calibration_rows`, `seed`), and the accuracy check's rows from the
-    validation split (a seeded sample of `validation_rows` when it holds more): the check
-    chooses between PTQ and accuracy control and which layers go back to float, so it
-    reads validation; dev is what the reports score and never shapes the quantization.
-    Each row is one item (batch 1, its own length): NNCF collects statistics per item, and
-    batch-1 items are the per-sample metric accuracy control ranks by.
-
-    Returns (calibration inputs, validation items, a description). Items are {"inputs",
-    "gold", "task"}: gold the row's label (1,) for a classifier, (1, seq) for a tagger the
-    gold tag of each scored piece and IGNORE elsewhere (compress.data.tokens.Encoded.batch_labels)."""
-    from compress.data.tokens import collate, encode
-
-    prepared = Prepared.open(prepared_root)
-    calib = prepared.calibration_rows(cfg.calibration_rows, cfg.seed)
-    val = prepared.validation()
-    if len(val) > cfg.validation_rows:
-        val = [val[i] for i in random.Random(cfg.seed).sample(range(len(val)), cfg.validation_rows)]
-    enc = encode(tokenizer, calib + val, cfg.max_length)
-    items = [collate(enc, [j]) for j in range(len(enc))]
-    calibration = items[: len(calib)]
-    # gold: the row's label (1,), or a tagger's tag per piece (1, seq), IGNORE off the scored pieces
-    validation = [{"inputs": items[k], "gold": enc.batch_labels([k], items[k]["input_ids"].shape[1]),
-                   "task": prepared.task} for k in range(len(calib), len(calib) + len(val))]
-    info = {"split": "train", "train_rows": prepared.card["splits"]["train"]["rows"], "calibration_rows": len(calib),
-            "validation_split": "validation", "validation_rows": len(val), "seed": cfg.seed}
-    return calibration, validation, info
-
-
-def validate(compiled, items) -> tuple[float, list[float]]:
-    """NNCF's validation_fn contract: the metric over the validation items and one value
-    per item. The metric is the task kind's validation metric (accuracy of rows for a
-    classifier, entity F1 over the kept words for a tagger: compress.tasks); per item the
-    share of its scored positions predicted right (1/0 for a classifier's row; a sentence
-    whose words were all cut by truncation scores 1: it has nothing to lose)."""
-    from compress.tasks.iob import IGNORE
-
-    names = [i.any_name for i in compiled.inputs]
-    request = compiled.create_infer_request()
-    per_item, gold, pred, task = [], [], [], None
-    for item in items:  # NNCF passes an iterable, not a list
-        task = item["task"]
-        logits = request.infer(feed(names, item["inputs"]))[compiled.output(0)]
-        # one item is a batch (1 row for NNCF, more from batch_items): gold (rows,) or
-        # (rows, seq), logits (rows, labels) or (rows, seq, labels); scored row by row
-        for row_gold, row_logits in zip(item["gold"], logits):
-            row_gold = np.atleast_1d(row_gold)
-            row_logits = np.asarray(row_logits).reshape(len(row_gold), -1)
-            keep = row_gold != IGNORE  # the scored positions
-            g, p = row_gold[keep], np.argmax(row_logits[keep], -1)
-            gold.append(g.tolist())
-            pred.append(p.tolist())
-            per_item.append(float((g == p).mean()) if len(g) else 1.0)
-    if task is None:
-        return 0.0, per_item
-    return float(task.kind_impl.validation_metric(gold, pred, task.labels)), per_item
-
-
-def batch_items(items: list[dict], batch_size: int) -> list[dict]:
-    """Batch-1 validation items regrouped as the measurement runs dev and validation
-    (compress.data.tokens.eval_batches): sorted by length, `batch_size` rows padded to the
-    longest. Padding has attention_mask 0 (its input id, 0 here, reaches no real position)
-    and gold IGNORE."""
-    from compress.tasks.iob import IGNORE
-
-    lengths = [int(i["inputs"]["input_ids"].shape[1]) for i in items]
-    order = sorted(range(len(items)), key=lambda k: lengths[k])
-    out = []
-    for start in range(0, len(order), batch_size):
-        rows = [items[k] for k in order[start:start + batch_size]]
-        seq = max(int(r["inputs"]["input_ids"].shape[1]) for r in rows)
-        inputs = {}
-        for name in rows[0]["inputs"]:
-            arr = np.zeros((len(rows), seq), dtype=rows[0]["inputs"][name].dtype)
-            for j, r in enumerate(rows):
-                v = r["inputs"][name][0]
-                arr[j, :len(v)] = v
-            inputs[name] = arr
-        if rows[0]["gold"].ndim == 1:  # a classifier: (1,) per row -> (rows,)
-            gold = np.concatenate([r["gold"] for r in rows])
-        else:  # a tagger: (1, len) per row -> (rows, seq), IGNORE on padding
-            gold = np.full((len(rows), seq), IGNORE, dtype=rows[0]["gold"].dtype)
-            for j, r in enumerate(rows):
-                gold[j, :r["gold"].shape[1]] = r["gold"][0]
-        out.append({"inputs": inputs, "gold": gold, "task": rows[0]["task"]})
-    return out
-
-
-def choose_float_parts(fp32_ir: float, int8_bf16: float, int8_f32: float, max_drop: float) -> tuple[str, dict]:
-    """`auto`'s choice for an INT8 IR's float parts from its validation metric with bf16 and
-    with f32 float parts, beside the FP32 IR's: bf16 (the faster) while its relative drop
-    stays within max_drop, or while f32 does no better; else f32. Returns (hint, record)."""
-    drop = (fp32_ir - int8_bf16) / fp32_ir if fp32_ir > 0 else 0.0
-    if drop <= max_drop:
-        hint, why = "bf16", "bf16 within the max drop of the FP32 IR"
-    elif int8_f32 <= int8_bf16:
-        hint, why = "bf16", "bf16 beyond the max drop, but f32 float parts do no better"
-    else:
-        hint = "f32"
-        why = (f"bf16 float parts lost {drop:.2%} of the FP32 IR's metric on validation; "
-               f"f32 kept {int8_f32 / fp32_ir if fp32_ir > 0 else 0:.2%}")
-    return hint, {"fp32_ir": fp32_ir, "int8_bf16": int8_bf16, "int8_f32": int8_f32,
-                  "bf16_relative_drop": round(drop, 6), "chosen": hint, "why": why}
-
-
 # --- the verbs ---------------------------------------------------------------------------
 
 def convert_onnx(src_dir: str | Path, out_dir: str | Path, cfg: OpenVinoConfig,
@@ -369,7 +264,7 @@ def convert_onnx(src_dir: str | Path, out_dir: str | Path, cfg: OpenVinoConfig,
         _copy_side_files(src_dir, tmp)
         meta = {"route": "ov.convert_model(onnx)", "precision": "fp32", "source": str(onnx_path),
                 "source_sha256": sha256_file(onnx_path), "num_params": count_initializer_params(onnx_path),
-                "runtime": {p: runtime_settings(p, cfg) for p in ("fp32", "bf16")},
+                "runtime": {p: runtime_settings(h, cfg) for p, h in PRECISION_HINTS.items()},
                 "embedding_tables": embedding_tables(model), "versions": versions()}
         atomic_write_json(tmp / META_FILE, meta)
         write_manifest(tmp, "openvino", "fp32", parent=str(src_dir))  # replaces the parent's, copied above
@@ -409,25 +304,25 @@ def _quantize(model, calibration: list[dict], validation: list[dict], cfg: OpenV
         max_drop=cfg.accuracy_control_max_drop, drop_type=nncf.DropType.RELATIVE, **kwargs)
 
 
-def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoConfig,
-                      calibration: list[dict[str, np.ndarray]], validation: list[dict],
-                      parity_batches: list[dict[str, np.ndarray]] | None = None, data_info: dict | None = None) -> dict:
+def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoConfig, data: QuantizationData,
+                      parity_batches: list[dict[str, np.ndarray]] | None = None) -> dict:
     """The `quantize` verb: INT8 IR in out_dir from the FP32 IR in fp32_dir.
 
-    calibration: input batches (training rows); validation: {"inputs", "gold", "task"} items
-    (other training rows). Plain PTQ first; accuracy-controlled quantization when its
-    relative accuracy drop on `validation` exceeds cfg.accuracy_control_max_drop (or
+    data (openvino_check.quantization_slices): calibration batches (training rows) and
+    validation items. Plain PTQ first; accuracy-controlled quantization when its relative
+    accuracy drop on the validation items exceeds cfg.accuracy_control_max_drop (or
     always/never, per cfg.accuracy_control)."""
     import openvino as ov
 
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
     src_meta = read_meta(fp32_dir)
+    calibration, validation = data.calibration, data.validation
     if not calibration:
         raise UserError("quantize_openvino needs at least one calibration batch (training rows)")
     core = ov.Core()
     hint = int8_hint(cfg.int8_inference_precision)
     summary: dict = {"source": str(fp32_dir / IR_XML), "config": asdict(cfg), "versions": versions(),
-                     "inference_precision": hint, "calibration": data_info}
+                     "inference_precision": hint, "calibration": data.info}
 
     def accuracy(model, precision_hint: str) -> float:
         compiled = core.compile_model(model, "CPU", compile_config(precision_hint, cfg.threads, cfg.cpu_pinning))
@@ -458,11 +353,9 @@ def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoCo
         # padded batches than one row at a time. So the check scores both precisions the way
         # the measurement and `predict` run (length-sorted padded batches) and keeps bf16
         # only while it stays within the max drop of the FP32 IR (or does no worse than f32).
-        batched = batch_items(validation, cfg.check_batch_size)
-
         def batched_accuracy(m, h: str) -> float:
             compiled = core.compile_model(m, "CPU", compile_config(h, cfg.threads, cfg.cpu_pinning))
-            return validate(compiled, batched)[0]
+            return validate(compiled, data.batched)[0]
 
         parent = batched_accuracy(fp32_model, "f32")
         hint, summary["float_parts"] = choose_float_parts(
@@ -498,7 +391,7 @@ def quantize_openvino(fp32_dir: str | Path, out_dir: str | Path, cfg: OpenVinoCo
         meta = {"route": "nncf.quantize_with_accuracy_control" if controlled else "nncf.quantize",
                 "precision": "int8", "source": str(fp32_dir / IR_XML), "onnx_source": src_meta["source"],
                 "num_params": src_meta["num_params"], "calibration": summary.get("calibration"),
-                "runtime": {"int8": {"inference_precision": hint, "cpu_pinning": cfg.cpu_pinning}},
+                "runtime": {"int8": runtime_settings(hint, cfg)},
                 "embedding_route": summary["embedding_route"],
                 "embedding_tables": embedding_tables(model), "validation": summary["validation"],
                 "versions": versions()}
@@ -518,6 +411,6 @@ def build_openvino(onnx_dir: str | Path, fp32_dir: str | Path, int8_dir: str | P
     from compress.training.models import load_tokenizer
 
     fp32 = convert_onnx(onnx_dir, fp32_dir, cfg, parity_batches)
-    calibration, validation, info = quantization_slices(prepared_root, load_tokenizer(onnx_dir), cfg)
-    int8 = quantize_openvino(fp32_dir, int8_dir, cfg, calibration, validation, parity_batches, info)
+    data = quantization_slices(prepared_root, load_tokenizer(onnx_dir), cfg)
+    int8 = quantize_openvino(fp32_dir, int8_dir, cfg, data, parity_batches)
     return {"fp32": fp32, "int8": int8}
