@@ -94,6 +94,19 @@ def test_help_needs_no_optimum(capsys):
     assert "peer" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("bf16_missing", [False, True])
+def test_peer_default_runtime_follows_the_project_rule(monkeypatch, bf16_missing):
+    """Without a recorded runtime the peer rows run as the project's IRs would: fp32 at f32,
+    bf16 at bf16, an INT8 graph's float parts at bf16 only where the CPU has it."""
+    import compress.core.env as env
+    from benchmarks.peer.openvino_runtime import default_runtime
+
+    monkeypatch.setattr(env, "bf16_unavailable", lambda: "no native bf16" if bf16_missing else None)
+    assert default_runtime("fp32") == {"inference_precision": "f32", "cpu_pinning": False}
+    assert default_runtime("bf16")["inference_precision"] == "bf16"
+    assert default_runtime("int8")["inference_precision"] == ("f32" if bf16_missing else "bf16")
+
+
 def test_missing_project_onnx_names_the_path(tmp_path, student_dir, prepared_sst2, capsys):
     missing = tmp_path / "nowhere" / "model.onnx"
     rc = peer.main(["--model", str(student_dir), "--project-onnx", str(missing), "--data", str(prepared_sst2)])

@@ -23,15 +23,12 @@ OV_RUNTIME_FILE = "peer_runtime.json"  # beside a peer IR: what each precision i
 
 
 def default_runtime(precision: str) -> dict:
-    """The project's rule (compress.backends.openvino_ir PRECISION_HINTS, int8_hint): fp32 runs
-    at f32, bf16 at bf16, and what an INT8 graph leaves in float at bf16 where the CPU has
-    native bf16, else f32; no CPU pinning."""
-    if precision == "int8":
-        from compress.core.env import bf16_unavailable
+    """The project's rule, read from compress.backends.openvino_ir (PRECISION_HINTS, int8_hint
+    "auto"): fp32 runs at f32, bf16 at bf16, and what an INT8 graph leaves in float at bf16
+    where the CPU has native bf16, else f32; no CPU pinning."""
+    from compress.backends.openvino_ir import PRECISION_HINTS, int8_hint
 
-        hint = "f32" if bf16_unavailable() else "bf16"
-    else:
-        hint = "bf16" if precision == "bf16" else "f32"
+    hint = PRECISION_HINTS.get(precision) or int8_hint("auto")
     return {"inference_precision": hint, "cpu_pinning": False}
 
 
