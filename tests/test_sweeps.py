@@ -83,7 +83,8 @@ def test_a_setting_keeps_the_commas_inside_a_list_and_refuses_a_bare_key():
 
 def test_distill_levers_score_each_student_and_train_the_control_once_per_budget(tmp_path, prepared_sst2):
     """Two settings with one budget (the loss term differs) share one control; a third with a
-    longer budget trains its own; the best is named on validation, dev beside it."""
+    longer budget trains its own; the three share one teacher-logits cache, a fourth with
+    another cache length builds its own; the best is named on validation, dev beside it."""
     from benchmarks.distill_levers import levers, markdown
 
     model, tok = tiny_model()
@@ -92,14 +93,21 @@ def test_distill_levers_score_each_student_and_train_the_control_once_per_budget
               "distill": {"student_layers": [0], "train": {"epochs": None, "max_steps": 2, "batch_size": 4,
                                                            "eval_every_steps": 0, "threads": 1}}}
     rec = levers(prepared_sst2, tmp_path / "teacher", params,
-                 ["", "distill.loss.hidden_mse_weight=1", "distill.train.max_steps=3"], tmp_path / "work")
-    a, b, c = rec["results"]
+                 ["", "distill.loss.hidden_mse_weight=1", "distill.train.max_steps=3",
+                  "teacher_logits.max_length=16"], tmp_path / "work")
+    a, b, c, d = rec["results"]
     assert (a["setting"], a["steps"], c["steps"]) == ("(params.yaml)", 2, 3)
     assert b["intermediate_terms"] != "off" and a["intermediate_terms"] == "off"
     assert a["control"] == b["control"] and b["control"]["setting"] == "(params.yaml)"
     assert c["control"]["setting"] == "distill.train.max_steps=3"
+    # one teacher pass serves all three (only the distill section differs); a new cache
+    # config gets its own (below)
+    assert [r["cache_from"] for r in rec["results"]] == ["(params.yaml)"] * 3 + [d["setting"]]
+    assert not (tmp_path / "work" / "1" / "cache").exists() and b["cache_s"] == 0.0
+    assert (tmp_path / "work" / "3" / "cache").is_dir() and d["transfer_rows"] == a["transfer_rows"]
     assert set(a["student"]["validation"]) >= {"accuracy"} and set(a["student"]["dev"]) >= {"accuracy"}
     best = max(rec["results"], key=lambda r: r["student"]["validation"]["accuracy"])
     assert rec["best_on_validation"] == best["setting"] and rec["chosen_on"] == "validation"
     table = markdown(rec)
-    assert "(best on validation)" in table and table.count("\n| `") == 3
+    assert "(best on validation)" in table and table.count("\n| `") == 4
+    assert table.count("| shared ((params.yaml)) |") == 2
