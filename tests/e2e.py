@@ -38,7 +38,8 @@ def tiny_params(task: str, train_rows: int = 256) -> dict:
         "teacher_logits": {"by_task": {"mrpc": {"max_length": 128, "augment": {
             "kinds": ["swap", "cross_pair", "word_drop"], "size": 0.5}}}},
         "distill": {"train": {"epochs": 1.0, "min_steps": 0, "eval_every_steps": 4},
-                    "by_task": {"mrpc": {"train": {"epochs": 1.0, "max_steps": None}}}},
+                    "by_task": {"mrpc": {"train": {"epochs": 1.0, "max_steps": None}},
+                                "sst2": {"train": {"epochs": 1.0}}}},
         "prune": {"importance_rows": 64, "recover": True, "recovery": {"epochs": 1.0, "eval_every_steps": 4}},
         # a 1-epoch student on 64 dev rows may miss the 1% goal: keep the best trial then
         "inc": {"calibration_rows": 32, "max_trials": 2, "on_miss": "best"},
