@@ -132,48 +132,90 @@ def teacher(poisoned):
     return summary
 
 
-def test_teacher_keeps_the_seed_best_on_validation_and_reports_every_seed(poisoned, teacher):
+def test_teacher_keeps_the_seed_best_on_held_out_training_rows_and_reports_every_seed(poisoned, teacher):
     from compress.data.tokens import encode
     from compress.measure.metrics import task_metrics
     from compress.training.models import load_saved
     from compress.training.train import predict_logits
 
     runs = teacher["seeds"]
-    assert [r["seed"] for r in runs] == [1, 2] and all("accuracy" in r["validation"] for r in runs)
-    best = max(runs, key=lambda r: r["validation"]["accuracy"])  # the first of equals
+    assert [r["seed"] for r in runs] == [1, 2]
+    assert all("accuracy" in r["validation"] and "accuracy" in r["seed_choice"] for r in runs)
+    best = max(runs, key=lambda r: r["seed_choice"]["accuracy"])  # the first of equals
     assert teacher["chosen_seed"] == best["seed"] == teacher["training"]["seed"]
-    assert teacher["chosen_on"] == "validation" and teacher["training"]["final_validation"] == best["validation"]
+    assert teacher["chosen_on"] == "seed_choice" and teacher["training"]["final_seed_choice"] == best["seed_choice"]
+    carved = teacher["seed_choice"]
+    assert (carved["rows"], carved["fit_rows"], carved["from"]) == (10, 98, "train")  # 10% of the 108 training rows
     prepared = Prepared.open(poisoned / "prepared")
     model, tok = load_saved(poisoned / "teacher")
     val = encode(tok, prepared.validation(), 32)
-    assert task_metrics(prepared.task, val, predict_logits(model, val)) == best["validation"]  # the kept one
+    # validation is measured on the kept teacher, never used to keep it
+    assert task_metrics(prepared.task, val, predict_logits(model, val)) == best["validation"]
+    assert teacher["training"]["final_validation"] == best["validation"]
     assert sorted(p.name for p in (poisoned / "curves").iterdir()) == ["eval.csv", "train.csv"]
 
 
-def test_the_kept_teacher_is_the_argmax_of_validation_not_the_last_or_first(poisoned, tmp_path, monkeypatch):
-    """Scripted validation figures per seed (fine-tuning itself stubbed): the middle seed
-    is the best and is the one saved; the curves are its own."""
+def test_seeds_are_fitted_without_the_seed_choice_rows_and_chosen_on_them_not_on_validation(
+        poisoned, tmp_path, monkeypatch):
+    """Scripted figures per seed (fine-tuning stubbed): on the seed-choice rows the middle
+    seed is best, on validation the last. The middle one is saved, with its curves; every
+    seed fitted the same rows, the training split less the seeded, stratified carve."""
     import torch
 
     from compress.training import teacher as teacher_mod
     from compress.training.models import load_saved
 
-    scores = {5: 0.6, 6: 0.8, 7: 0.7}
+    choice = {5: 0.6, 6: 0.8, 7: 0.7}
+    validation = {5: 0.7, 6: 0.6, 7: 0.9}
+    fitted, judged, current = {}, {}, []
 
     def fake_finetune(model, train, val, cfg, task, curves, desc="", loss_fn=None):
         with torch.no_grad():
             model.classifier.bias.fill_(cfg.seed)  # marks the weights as this seed's
         for name in ("train.csv", "eval.csv"):
             (curves / name).write_text(f"seed,{cfg.seed}\n")
-        return {"steps": 1, "train_wall_s": 0.0, "final_validation": {"accuracy": scores[cfg.seed]}}
+        fitted[cfg.seed], judged[cfg.seed] = len(train), len(val)
+        current.append(cfg.seed)
+        return {"steps": 1, "train_wall_s": 0.0, "final_validation": {"accuracy": choice[cfg.seed]}}
 
     monkeypatch.setattr(teacher_mod, "finetune", fake_finetune)
-    cfg = build(teacher_mod.TeacherConfig, {"model": "random:tiny", "seeds": [5, 6, 7], "train": steps(1)}, "teacher")
-    summary = teacher_mod.build_teacher(cfg, Prepared.open(poisoned / "prepared"), tmp_path / "t", tmp_path / "c")
-    assert summary["chosen_seed"] == 6 and [r["validation"]["accuracy"] for r in summary["seeds"]] == [0.6, 0.8, 0.7]
+    monkeypatch.setattr(teacher_mod, "task_metrics", lambda task, enc, logits: {"accuracy": validation[current[-1]]})
+    cfg = build(teacher_mod.TeacherConfig, {"model": "random:tiny", "seeds": [5, 6, 7], "seed_choice_fraction": 0.25,
+                                            "train": steps(1)}, "teacher")
+    prepared = Prepared.open(poisoned / "prepared")
+    summary = teacher_mod.build_teacher(cfg, prepared, tmp_path / "t", tmp_path / "c")
+    assert summary["chosen_seed"] == 6 and summary["chosen_on"] == "seed_choice"
+    assert [r["seed_choice"]["accuracy"] for r in summary["seeds"]] == [0.6, 0.8, 0.7]
+    assert [r["validation"]["accuracy"] for r in summary["seeds"]] == [0.7, 0.6, 0.9]  # reported, not chosen on
     model, _ = load_saved(tmp_path / "t")
     assert float(model.classifier.bias[0]) == 6.0
     assert (tmp_path / "c/eval.csv").read_text() == "seed,6\n" and not list((tmp_path / "c").glob("seed-*"))
+    # the carve: disjoint, stratified, the same for every seed and every run
+    fit, held, card = teacher_mod.seed_choice_rows(cfg, prepared)
+    train = prepared.split("train")
+    assert len(fit) + len(held) == len(train) and set(map(texts_of, fit)).isdisjoint(map(texts_of, held))
+    assert set(fitted.values()) == {len(fit)} and set(judged.values()) == {len(held)} == {28}
+    by_label = Counter(r.label for r in train)
+    assert {label: round(0.25 * n) for label, n in by_label.items()} == Counter(r.label for r in held)
+    assert teacher_mod.seed_choice_rows(cfg, prepared)[2] == card == {k: summary[k] for k in ("chosen_on",
+                                                                                              "seed_choice")}
+    # one seed: nothing to choose, nothing held out
+    one = build(teacher_mod.TeacherConfig, {"model": "random:tiny", "train": steps(1)}, "teacher")
+    fit, held, card = teacher_mod.seed_choice_rows(one, prepared)
+    assert len(fit) == len(train) and not held and card["chosen_on"] is None
+
+
+def test_a_seed_choice_share_outside_0_1_is_refused():
+    from compress.core.config import ConfigError
+    from compress.training.teacher import TeacherConfig
+
+    for bad in (0.0, 1.0):
+        with pytest.raises(ConfigError, match="seed_choice_fraction"):
+            build(TeacherConfig, {"seeds": [1, 2], "seed_choice_fraction": bad}, "teacher")
+
+
+def texts_of(row) -> str:
+    return row.text_a
 
 
 def test_logits_distillation_pruning_and_parity_never_read_dev(poisoned, teacher):
