@@ -4,8 +4,11 @@ split from the training rows, and write the prepared splits and the data card ev
 stage reads.
 
 Three roles, three splits: train fits (teacher, logits cache, distillation, pruning
-recovery, calibration); validation chooses (the teacher seed, the best of a tuning run,
-INC's objective, NNCF's accuracy control, parity batches); dev (and test) only report.
+recovery, calibration); validation chooses (the best of a tuning run, INC's objective,
+NNCF's accuracy control, parity batches, `select`'s floor and ranking); dev (and test)
+only report. The teacher seed is chosen on training rows of its own that no seed fits
+(compress.training.teacher.seed_choice_rows), so validation still measures the kept
+teacher without having picked it.
 Validation is a seeded, stratified share of the training rows held out from every fit,
 so no figure a report prints was used to pick what it reports on.
 
@@ -367,7 +370,7 @@ def carve_roles(cfg: PrepareConfig, task: Task) -> tuple[bytearray, dict | None,
         for i in dev_ids:
             roles[i] = DEV
         dev_card = {"from": "train", "fraction": cfg.dev_fraction, "seed": cfg.seed, "rows": len(dev_ids),
-                    "row_ids_sha256": _ids_sha256(dev_ids)}
+                    "row_ids_sha256": ids_sha256(dev_ids)}
     disjoint, blocked = None, None
     if cfg.validation_disjoint_text:
         # rows another row repeats or contains cannot be drawn (two more passes over the file)
@@ -387,7 +390,7 @@ def carve_roles(cfg: PrepareConfig, task: Task) -> tuple[bytearray, dict | None,
     for i in val_ids:
         roles[i] = VALIDATION
     val_card = {"from": "train", "fraction": cfg.validation_fraction, "max_rows": cap, "seed": cfg.seed,
-                "rows": len(val_ids), "row_ids_sha256": _ids_sha256(val_ids)}
+                "rows": len(val_ids), "row_ids_sha256": ids_sha256(val_ids)}
     if disjoint is not None:
         if not val_ids:
             raise DataError(f"{cfg.source}: {cfg.train}: no validation row can be held out with "
@@ -416,7 +419,8 @@ def _texts(cfg: PrepareConfig, task: Task) -> Iterator[tuple[str, ...]]:
         yield task.kind_impl.texts(ex)
 
 
-def _ids_sha256(ids: list[int]) -> str:
+def ids_sha256(ids: list[int]) -> str:
+    """The hash a data card records for a carved split's row ids (ids in carve order)."""
     return hashlib.sha256(json.dumps(ids).encode()).hexdigest()
 
 

@@ -2,8 +2,6 @@
 fine-tune it on the prepared task unless it is already fine-tuned, save it as safetensors."""
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -11,7 +9,7 @@ from pathlib import Path
 
 from compress.core import distributed
 from compress.core.config import check
-from compress.data.prepare import Prepared, carve
+from compress.data.prepare import Prepared, carve, ids_sha256
 from compress.training.models import load_classifier, save_trained
 from compress.data.tokens import encode
 from compress.training.train import TeacherTrainConfig, finetune, predict_logits, seed_everything, write_one_evaluation
@@ -99,7 +97,7 @@ def seed_choice_rows(cfg: TeacherConfig, prepared: Prepared) -> tuple[list, list
     fit_ids, held_ids = carve(train, prepared.task, cfg.seed_choice_fraction, f"seed_choice:{cfg.train.seed}")
     card = {"chosen_on": "seed_choice", "seed_choice": {
         "from": "train", "fraction": cfg.seed_choice_fraction, "rows": len(held_ids), "fit_rows": len(fit_ids),
-        "row_ids_sha256": hashlib.sha256(json.dumps(held_ids).encode()).hexdigest(),
+        "row_ids_sha256": ids_sha256(held_ids),
         "note": "training rows held out from every seed's fit; the seed is chosen on them, validation only "
                 "measures the kept teacher (select's floor divides by that figure)"}}
     return [train[i] for i in fit_ids], [train[i] for i in held_ids], card
