@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from compress.backends import openvino_check as oc
 from compress.backends import openvino_ir as oi
 from compress.core.config import ConfigError, build
 from compress.data.prepare import Prepared, prepare
@@ -319,14 +320,47 @@ def test_accuracy_control_takes_over_when_ptq_loses_accuracy(built, tmp_path, mo
     assert meta["route"] == "nncf.quantize_with_accuracy_control" and meta["calibration"]["split"] == "train"
 
 
+def _scored(correct: list[int]):
+    """A classifier's Scored over len(correct) rows, gold 1 everywhere: 1 right, 0 wrong."""
+    from compress.tasks.base import Task
+
+    task = Task(name="t", kind="classification", labels=("0", "1"), label_names=("0", "1"))
+    return oc.Scored([[1] for _ in correct], [[c] for c in correct], task)
+
+
 def test_float_parts_choice():
-    """auto keeps bf16 float parts while they stay within the max drop, or while f32 does no
-    better; else f32 (the AMX case: 81.6 F1 with bf16, 86.8 with f32, FP32 IR 86.5)."""
-    hint, rec = oi.choose_float_parts(0.865, 0.816, 0.868, 0.01)
-    assert hint == "f32" and rec["chosen"] == "f32" and rec["bf16_relative_drop"] == pytest.approx(0.0566, abs=1e-3)
-    assert "lost 5.66%" in rec["why"]
-    assert oi.choose_float_parts(0.865, 0.860, 0.868, 0.01)[0] == "bf16"  # within 1%
-    assert oi.choose_float_parts(0.865, 0.816, 0.816, 0.01)[0] == "bf16"  # f32 no better: keep the faster
+    """auto keeps bf16 float parts while their drop is within the max drop at 95% confidence
+    (paired bootstrap), or while f32 does no better; else f32."""
+    n = 700
+    parent = [1] * 612 + [0] * 88  # 87.4%
+    # the AMX SST-2 case: 7 more rows wrong of 700 (1.1% relative): passed a point check
+    # at 1% in one run, is not shown within it
+    bf16_close = [1] * 605 + [0] * 95
+    f32 = [1] * 617 + [0] * 83
+    hint, rec = oi.choose_float_parts(_scored(parent), _scored(bf16_close), _scored(f32), 0.0115)
+    assert rec["bf16_relative_drop"] < 0.0115 < rec["bf16_drop_upper_bound"]  # within at the point, not the bound
+    assert hint == "f32" == rec["chosen"] and "upper 95% bound" in rec["why"] and rec["confidence"] == 0.95
+    # identical predictions: no disagreement, the bound is the point drop, zero
+    hint, rec = oi.choose_float_parts(_scored(parent), _scored(parent), _scored(f32), 0.01)
+    assert hint == "bf16" and rec["bf16_drop_upper_bound"] == 0.0
+    # one row of 700 flipped: shown within 1%
+    one_off = [0] + parent[1:]
+    assert oi.choose_float_parts(_scored(parent), _scored(one_off), _scored(f32), 0.01)[0] == "bf16"
+    # f32 no better than bf16: keep the faster, whatever the drop
+    worse = [1] * 560 + [0] * 140
+    assert oi.choose_float_parts(_scored(parent), _scored(worse), _scored(worse), 0.01)[0] == "bf16"
+    assert len(parent) == len(bf16_close) == len(f32) == n
+
+
+def test_drop_bound_is_paired():
+    """The bound comes from disagreements only: two models equally accurate that disagree on
+    many rows get a wide bound, two that disagree on one row a narrow one."""
+    a = [1, 0] * 300
+    b = [0, 1] * 300  # the same accuracy, every row different
+    assert oc.drop_upper_bound(_scored(a), _scored(b)) > 0.05
+    c = [0] + a[1:]  # one row different
+    assert 0 < oc.drop_upper_bound(_scored(a), _scored(c)) < 0.015  # one row of 300 right: 0.33% at the point
+    assert oc.drop_upper_bound(_scored(a), _scored(c)) == oc.drop_upper_bound(_scored(a), _scored(c))  # seeded
 
 
 def test_batched_check_scores_what_one_row_at_a_time_scores(built):
@@ -359,7 +393,8 @@ def test_auto_falls_back_to_f32_float_parts_when_bf16_loses(built, tmp_path, mon
     from compress.training.models import load_tokenizer
 
     real = oi.choose_float_parts
-    monkeypatch.setattr(oi, "choose_float_parts", lambda parent, bf16, f32, max_drop: real(parent, 0.0, f32, max_drop))
+    zero = lambda s: oc.Scored(s.gold, [[-1] * len(g) for g in s.gold], s.task)  # every position wrong
+    monkeypatch.setattr(oi, "choose_float_parts", lambda parent, bf16, f32, max_drop: real(parent, zero(bf16), f32, max_drop))
     cfg = OpenVinoConfig(calibration_rows=12, validation_rows=20, seed=3, accuracy_control="never")
     data = quantization_slices(root / "poisoned", load_tokenizer(root / "plain"), cfg)
     out = quantize_openvino(root / "ov", tmp_path / "fp", cfg, data)
