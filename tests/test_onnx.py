@@ -187,6 +187,93 @@ def test_onnx_int8_quantizes_what_keep_float_leaves_out(exported, tmp_path):
     assert set(groups) == {"embeddings", "pooler", "classifier"}
 
 
+# --- the accuracy check on validation (compress.backends.onnx_runtime_check) -----------------
+
+def _float_and_quantized(path) -> tuple[set[str], set[str]]:
+    """Names of the FP32 graph's candidate nodes left in float / quantized in an INT8 graph:
+    a quantized node is renamed "<name>_quant" ("<name>_MatMul_quant" for a Gemm)."""
+    ops = {n.name: n.op_type for n in onnx.load(str(path)).graph.node}
+    floats = {n for n, op in ops.items() if op in ("Attention", "MatMul", "Gemm")}
+    floats |= {n[:-len("_MatMul")] for n in floats if n.endswith("Gemm_MatMul")}
+    quantized = {n[:-len("_quant")] for n in ops if n.endswith("_quant")}
+    return floats, quantized | {n[:-len("_MatMul")] for n in quantized if n.endswith("Gemm_MatMul")}
+
+
+def test_accuracy_check_reads_validation_and_keeps_a_graph_within_the_bound(exported, int8_graphs, tmp_path):
+    root, _, prepared = exported
+    s = quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig(max_drop=0.5), root / "prepared")
+    c = s["accuracy_check"]
+    assert c["split"] == "validation" and c["rows"] == len(prepared.validation()) > 0
+    assert c["sha256"] == prepared.sha256("validation") and c["metric_name"] == "accuracy"
+    assert c["met"] and c["float_nodes"] == [] and c["tried"][0]["drop_upper_bound"] <= 0.5
+    # nothing left in float by the check: the same graph as quantize_onnx without data
+    assert s["sha256"] == int8_graphs["per_row"][0]["sha256"]
+    assert "no prepared validation split" in int8_graphs["per_row"][0]["accuracy_check"]["skipped"]
+    off = quantize_onnx(root / "pruned_onnx", tmp_path / "off", OrtQuantConfig(max_drop=None), root / "prepared")
+    assert "max_drop is null" in off["accuracy_check"]["skipped"]
+
+
+def test_accuracy_check_leaves_the_most_sensitive_nodes_in_float_until_within_the_bound(
+        exported, tmp_path, monkeypatch):
+    """A tiny random model's INT8 graph agrees with its parent, so the failing bounds come
+    from a stand-in: the graph as quantized and with one node in float fail, two pass."""
+    from compress.backends import onnx_runtime_check as rc
+
+    root, _, _ = exported
+    bounds = iter([0.5, 0.3, 0.004])
+    monkeypatch.setattr(rc, "drop_upper_bound", lambda *a, **k: next(bounds))
+    s = quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig(), root / "prepared")
+    c = s["accuracy_check"]
+    ranked = list(c["ranking_kl"])
+    before_floats = _float_and_quantized(root / "pruned_onnx/model.onnx")[0]
+    # every node quantize_dynamic quantized is ranked (not the classifier: keep_float)
+    assert set(ranked) == {n for n in before_floats if "/classifier/" not in n} and len(ranked) >= 8
+    kl = list(c["ranking_kl"].values())
+    assert kl == sorted(kl) and all(v >= 0 for v in kl)  # least divergence with it in float first
+    assert c["met"] and c["float_nodes"] == ranked[:2]
+    assert [t["float_nodes"] for t in c["tried"]] == [[], ranked[:1], ranked[:2]]
+    floats, quantized = _float_and_quantized(tmp_path / "int8/model.onnx")
+    assert set(ranked[:2]) <= floats and set(ranked[2:]) <= quantized and not set(ranked[:2]) & quantized
+    assert s["nodes_kept_float"] > len(ranked[:2])  # keep_float's nodes and the check's
+
+
+def test_accuracy_check_keeps_the_lowest_bound_when_nothing_passes(exported, tmp_path, monkeypatch):
+    from compress.backends import onnx_runtime_check as rc
+
+    root, _, _ = exported
+    bounds = iter([0.5, 0.2, 0.4, 0.3])
+    monkeypatch.setattr(rc, "drop_upper_bound", lambda *a, **k: next(bounds))
+    c = quantize_onnx(root / "pruned_onnx", tmp_path / "int8", OrtQuantConfig(max_float_nodes=3),
+                      root / "prepared")["accuracy_check"]
+    ranked = list(c["ranking_kl"])
+    assert not c["met"] and c["float_nodes"] == ranked[:1] and len(c["tried"]) == 4 and "floor" in c["why"]
+    floats, _ = _float_and_quantized(tmp_path / "int8/model.onnx")
+    assert ranked[0] in floats and not set(ranked[1:]) & floats
+
+
+def test_revert_until_stops_at_the_first_graph_within_the_bound():
+    from compress.backends.onnx_runtime_check import revert_until
+
+    def checker(bounds):
+        return lambda nodes: {"float_nodes": nodes, "drop_upper_bound": bounds[len(nodes)]}
+
+    ranked = ["a", "b", "c", "d"]
+    assert revert_until(ranked, checker([0.0]), 0.01, 4)[0] == []
+    keep, tried = revert_until(ranked, checker([0.05, 0.02, 0.01, 0.0, 0.0]), 0.01, 4)
+    assert keep == ["a", "b"] and len(tried) == 3  # 0.01 is within a max drop of 0.01
+    keep, tried = revert_until(ranked, checker([0.05, 0.03, 0.02, 0.02, 0.04]), 0.01, 4)
+    assert keep == ["a", "b"] and len(tried) == 5  # lowest bound, fewest float nodes on a tie
+    assert revert_until(ranked, checker([0.05]), 0.01, 0) == ([], [{"float_nodes": [], "drop_upper_bound": 0.05}])
+
+
+def test_mean_kl_is_zero_for_the_same_output_and_grows_with_the_difference():
+    from compress.backends.onnx_runtime_check import mean_kl
+
+    p = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]])
+    assert mean_kl(p, p) == pytest.approx(0.0, abs=1e-12)
+    assert 0 < mean_kl(p, p + [[0, 0.5, 0], [0, 0, 0]]) < mean_kl(p, p + [[0, 2.0, 0], [0, 0, 0]])
+
+
 @pytest.mark.parametrize("data, message", [
     ({"keep_float": ["classifier"]}, "must include 'layernorm'"),
     ({"keep_float": ["embeddings", "layernorm"]}, "quantize_embeddings is true"),
@@ -194,6 +281,11 @@ def test_onnx_int8_quantizes_what_keep_float_leaves_out(exported, tmp_path):
      "leaves nothing to quantize"),
     ({"embedding_scheme": "per_column"}, "embedding_scheme must be one of per_row, per_tensor"),
     ({"quantize_embeddings": 1}, "quantize_embeddings"),
+    ({"max_drop": 1.5}, "max_drop must be in"),
+    ({"confidence": 0.3}, "confidence must be in"),
+    ({"max_float_nodes": -1}, "max_float_nodes must be >= 0"),
+    ({"rank_rows": 0}, "rank_rows must be >= 1"),
+    ({"max_dorp": 0.01}, "max_dorp"),
 ])
 def test_onnx_int8_config_rejects_illegal_combinations(data, message):
     with pytest.raises(ConfigError, match=message):

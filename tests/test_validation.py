@@ -243,6 +243,11 @@ def test_logits_distillation_pruning_and_parity_never_read_dev(poisoned, teacher
     assert len(parity_batches(prepared, tok, [[1, 8], [2, 16]])) == 2
     data = quantization_slices(root / "prepared", tok, OpenVinoConfig(calibration_rows=8, validation_rows=8))
     assert data.info["validation_split"] == "validation" and len(data.validation) == 8
+    from compress.backends.onnx_runtime import OrtQuantConfig
+    from compress.backends.onnx_runtime_check import CheckRows
+
+    rows = CheckRows(root / "prepared", tok, OrtQuantConfig(validation_rows=8, rank_rows=4))
+    assert rows.info["split"] == "validation" and rows.info["rows"] == 8 and len(rows.rank_enc) == 4
 
 
 # --- the source: dev is read only where figures are reported --------------------------------

@@ -105,6 +105,16 @@ class OrtQuantConfig:
     threads: int = 2
     quantize_embeddings: bool = True  # INT8 word-embedding table (see the module docstring)
     embedding_scheme: str = "per_row"  # per_row | per_tensor (ORT's QEmbedLayerNormalization)
+    # The accuracy check on the validation split (compress.backends.onnx_runtime_check):
+    # relative drop of the task's validation metric allowed at `confidence`; null: no check.
+    max_drop: float | None = 0.01
+    confidence: float = 0.95
+    max_float_nodes: int = 6  # most sensitive nodes the check may leave in float
+    validation_rows: int = 1000  # at most (a seeded sample of the split)
+    rank_rows: int = 256  # rows the ranking of nodes reads (outputs only, no labels)
+    seed: int = 0
+    max_length: int = 128
+    check_batch_size: int = 64  # length-sorted padded batches, as measure.eval_batch_size
 
     def __post_init__(self):
         for g in self.keep_float:
@@ -119,6 +129,11 @@ class OrtQuantConfig:
         kept = set(self.keep_float) | (set() if self.quantize_embeddings else {"embeddings"})
         check(len(set(GROUPS) - kept) > 0, "keep_float leaves nothing to quantize")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+        check(self.max_drop is None or 0 <= self.max_drop < 1, f"max_drop must be in [0, 1) or null, got {self.max_drop}")
+        check(0.5 <= self.confidence < 1, f"confidence must be in [0.5, 1), got {self.confidence}")
+        for name in ("validation_rows", "rank_rows", "max_length", "check_batch_size"):
+            check(getattr(self, name) >= 1, f"{name} must be >= 1, got {getattr(self, name)}")
+        check(self.max_float_nodes >= 0, f"max_float_nodes must be >= 0, got {self.max_float_nodes}")
 
     def float_groups(self) -> list[str]:
         """Groups ONNX Runtime's quantize_dynamic must leave alone: keep_float, and the
@@ -131,10 +146,9 @@ def _nodes_to_exclude(path: Path, keep_float: list[str]) -> list[str]:
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-    names = [n.name for n in graph.node if node_group(n.name, n.op_type) in keep_float]
-    # The quantizer first rewrites a Gemm (pooler, classifier) into "<name>_MatMul" + Add
-    # and looks the exclusion up under that new name.
-    return names + [n + "_MatMul" for n in names if n.endswith("Gemm")]
+    from compress.backends.onnx_runtime_check import exclusion_names
+
+    return exclusion_names([n.name for n in graph.node if node_group(n.name, n.op_type) in keep_float])
 
 
 def _int8_initializers(graph) -> set[str]:
@@ -300,35 +314,58 @@ def int8_word_embeddings(src: str | Path, dst: str | Path) -> dict:
     return replaced
 
 
-def quantize_onnx(src_dir: str | Path, out_dir: str | Path, cfg: OrtQuantConfig) -> dict:
-    """The `quantize` verb for ONNX: dynamic INT8 of src_dir/model.onnx into out_dir, with
-    the word embeddings per `quantize_embeddings` / `embedding_scheme`."""
+def _build(src: Path, dst: Path, exclude: list[str], cfg: OrtQuantConfig) -> dict:
+    """quantize_dynamic of src into dst with `exclude` in float, then the word embeddings
+    per cfg; returns the word-embedding record."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(src), str(dst), weight_type=QuantType.QInt8, per_channel=cfg.per_channel,
+        reduce_range=cfg.reduce_range, nodes_to_exclude=exclude,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+    if cfg.quantize_embeddings and cfg.embedding_scheme == "per_row":  # quantize_dynamic never sees the INT8 table
+        return {"scheme": "int8-symmetric-per-row", "replaced": int8_word_embeddings(dst, dst)}
+    return {"scheme": "uint8-per-tensor (QEmbedLayerNormalization)" if cfg.quantize_embeddings else "float32"}
+
+
+def quantize_onnx(src_dir: str | Path, out_dir: str | Path, cfg: OrtQuantConfig,
+                  prepared_root: str | Path | None = None) -> dict:
+    """The `quantize` verb for ONNX: dynamic INT8 of src_dir/model.onnx into out_dir, with
+    the word embeddings per `quantize_embeddings` / `embedding_scheme`. With a prepared data
+    directory that has a validation split and cfg.max_drop set, the accuracy check
+    (compress.backends.onnx_runtime_check) may leave the most sensitive nodes in float;
+    without one the check is recorded as skipped, with the reason."""
+    from compress.backends.base import num_labels_of
+    from compress.backends.onnx_runtime_check import check_int8, exclusion_names
+    from compress.data.prepare import Prepared
+    from compress.data.tokenizer import load_fast_tokenizer
 
     src_dir, out_dir = Path(src_dir), Path(out_dir)
     src = src_dir / "model.onnx"
     check_onnx_file(src)
     exclude = _nodes_to_exclude(src, cfg.float_groups())
     summary: dict = {"source": str(src), "config": asdict(cfg), "nodes_kept_float": len(exclude)}
-    per_row = cfg.quantize_embeddings and cfg.embedding_scheme == "per_row"
     with atomic_dir(out_dir) as tmp:
         for f in src_dir.iterdir():  # tokenizer and config.json travel with the graph
             if f.is_file() and f.suffix != ".onnx":
                 shutil.copy2(f, tmp / f.name)
         dst = tmp / "model.onnx"
         t0 = time.perf_counter()
-        quantize_dynamic(
-            str(src), str(dst), weight_type=QuantType.QInt8, per_channel=cfg.per_channel,
-            reduce_range=cfg.reduce_range, nodes_to_exclude=exclude,
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-        if per_row:  # after quantize_dynamic, which never sees the INT8 table
-            summary["word_embeddings"] = {"scheme": "int8-symmetric-per-row",
-                                          "replaced": int8_word_embeddings(dst, dst)}
-        else:
-            summary["word_embeddings"] = {"scheme": "uint8-per-tensor (QEmbedLayerNormalization)"
-                                          if cfg.quantize_embeddings else "float32"}
+        summary["word_embeddings"] = _build(src, dst, exclude, cfg)
         summary["quantize_s"] = round(time.perf_counter() - t0, 2)
+        if cfg.max_drop is None:
+            summary["accuracy_check"] = {"skipped": "onnx_int8.max_drop is null"}
+        elif prepared_root is None or not Prepared.open(prepared_root).has_validation():
+            summary["accuracy_check"] = {"skipped": "no prepared validation split to check on"
+                                         + ("" if prepared_root is None else f" in {prepared_root}")}
+        else:
+            t0 = time.perf_counter()
+            summary["accuracy_check"] = check_int8(
+                src, dst, exclude, lambda extra, path: _build(src, path, exclude + exclusion_names(extra), cfg),
+                Path(prepared_root), load_fast_tokenizer(src_dir), num_labels_of(src_dir), cfg)
+            summary["accuracy_check"]["check_s"] = round(time.perf_counter() - t0, 2)
+            summary["nodes_kept_float"] += len(exclusion_names(summary["accuracy_check"]["float_nodes"]))
         check_onnx_file(dst)
         groups = quantized_groups(dst)
         leaked = sorted(set(groups) & set(cfg.keep_float))

@@ -12,11 +12,8 @@ Two checks read validation:
   the measurement runs dev with, because bf16 float parts lose more in padded batches than
   one row at a time (on an AMX Xeon the NCBI-disease student's INT8 IR: 81.6 validation F1
   in batches of 64, 85.4 one row at a time, 86.8 with f32 float parts, FP32 IR 86.5).
-  bf16 must stay within the max drop at 95% confidence (a paired bootstrap over the rows),
-  not only at the point: on the AMX Xeon the SST-2 student's INT8 IR with bf16 float parts
-  lost 0.995% of the FP32 IR on 689 validation rows, passed a 1% point check, and lost
-  1.42% of its parent on dev; a check at the limit lets through half the IRs whose true
-  drop is the limit.
+  bf16 must stay within the max drop at 95% confidence (compress.measure.drop: a paired
+  bootstrap over the rows), not only at the point.
 """
 from __future__ import annotations
 
@@ -27,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from compress.data.prepare import Prepared
+from compress.measure.drop import Scored, drop_upper_bound  # noqa: F401  (Scored: this module's score returns it)
 
 
 @dataclass
@@ -68,26 +66,6 @@ def quantization_slices(prepared_root: str | Path, tokenizer, cfg) -> Quantizati
         info=info)
 
 
-@dataclass
-class Scored:
-    """One model's predictions over the validation items: per row its gold and predicted
-    labels at the scored positions (one for a classifier's row, the kept words for a
-    tagger's), the task they belong to, and the task kind's validation metric over them."""
-    gold: list[list[int]]
-    pred: list[list[int]]
-    task: object
-
-    @property
-    def metric(self) -> float:
-        return self.metric_of(range(len(self.gold)))
-
-    def metric_of(self, rows) -> float:
-        if self.task is None:
-            return 0.0
-        return float(self.task.kind_impl.validation_metric([self.gold[i] for i in rows],
-                                                           [self.pred[i] for i in rows], self.task.labels))
-
-
 def score(compiled, items) -> Scored:
     """The compiled model's predictions over the validation items (any batching)."""
     from compress.backends.openvino_runner import feed
@@ -119,23 +97,6 @@ def validate(compiled, items) -> tuple[float, list[float]]:
     s = score(compiled, items)
     per_row = [float(np.mean(np.asarray(g) == np.asarray(p))) if len(g) else 1.0 for g, p in zip(s.gold, s.pred)]
     return s.metric, per_row
-
-
-def drop_upper_bound(parent: Scored, other: Scored, level: float = 0.95,
-                     n_resamples: int = 1000, seed: int = 0) -> float:
-    """One-sided `level` upper bound of `other`'s relative metric drop from `parent`, by a
-    paired percentile bootstrap: the same resampled rows score both models, so rows on which
-    the two agree cancel and only their disagreements widen the bound."""
-    n = len(parent.gold)
-    if n == 0 or parent.pred == other.pred:  # no disagreement: nothing to resample
-        return 0.0
-    rng = np.random.default_rng(seed)
-    drops = []
-    for _ in range(n_resamples):
-        rows = rng.integers(0, n, n)
-        base = parent.metric_of(rows)
-        drops.append((base - other.metric_of(rows)) / base if base > 0 else 0.0)
-    return float(np.quantile(drops, level))
 
 
 def choose_float_parts(fp32_ir: Scored, int8_bf16: Scored, int8_f32: Scored, max_drop: float,
