@@ -93,3 +93,43 @@ def test_a_few_distillation_steps_lower_the_loss(tmp_path, prepared_sst2):
 def test_hidden_loss_needs_teacher():
     with pytest.raises(ValueError, match="need the teacher"):
         distill_loss_fn(None, np.zeros((1, 2)), DistillLossConfig(hidden_mse_weight=1.0))
+
+
+def test_control_alongside_trains_the_models_sequential_training_does(tmp_path, prepared_sst2):
+    """The control in a second process (2 threads split 1 + 1) gives bit for bit the student
+    and control that training them one after the other with 1 thread gives: the schedule
+    changes the wall time, not the models."""
+    from compress.core.config import section
+    from compress.core.io import sha256_file
+    from compress.training.distill import CacheConfig, DistillConfig, cache_teacher_outputs, distill, schedule
+    from compress.training.models import save_classifier
+
+    prepared = Prepared.open(prepared_sst2)
+    model, tok = tiny_model(seed=5)
+    save_classifier(model, tok, tmp_path / "teacher", ["negative", "positive"])
+    cache_teacher_outputs(tmp_path / "teacher", prepared, tmp_path / "cache", CacheConfig(max_length=32, batch_size=16))
+    figures = {}
+    for name, alongside, threads in (("alongside", True, 2), ("after", False, 1)):
+        cfg = section({"distill": {"student_layers": [1], "control_alongside": alongside,
+                                   "train": {"epochs": 2.0, "min_steps": 0, "batch_size": 8, "eval_every_steps": 0,
+                                             "threads": threads}}}, "distill", DistillConfig)
+        d = tmp_path / name
+        s = distill(cfg, tmp_path / "teacher", tmp_path / "cache", prepared, d / "student", d / "curves",
+                    d / "control", d / "control_curves", eval_max_length=32)
+        assert s["student"]["threads"] == 1 and s["control"]["threads"] == 1
+        assert s["control"]["steps"] == s["student"]["steps"] > 0
+        figures[name] = (sha256_file(d / "student" / "model.safetensors"),
+                         sha256_file(d / "control" / "model.safetensors"),
+                         s["student"]["final_validation"], s["control"]["final_validation"],
+                         (d / "control_curves" / "train.csv").read_text())
+        assert not list(d.glob("*.tmp-*")), "no temporary output left behind"
+    assert figures["alongside"] == figures["after"]
+    assert figures["alongside"][0] != figures["alongside"][1]  # the two models did learn differently
+    # the schedule: alongside only with a control, >= 2 threads and one process
+    on = section({"distill": {"train": {"threads": 2}}}, "distill", DistillConfig)
+    assert schedule(on, train_control=True)[1] == 1 and schedule(on, train_control=True)[0].threads == 1
+    assert schedule(on, train_control=False) == (on.train, 0)
+    one = section({"distill": {"train": {"threads": 1}}}, "distill", DistillConfig)
+    assert schedule(one, train_control=True) == (one.train, 0)
+    off = section({"distill": {"control_alongside": False}}, "distill", DistillConfig)
+    assert schedule(off, train_control=True) == (off.train, 0)

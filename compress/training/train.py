@@ -172,8 +172,15 @@ def write_one_evaluation(curves_dir: Path, metrics: dict) -> None:
     log.close()
 
 
+def planned_steps(cfg: FinetuneConfig, rows: int) -> int:
+    """Optimizer steps `finetune` takes over `rows` training rows: `max_steps`, or
+    `epochs` of batches but at least `min_steps`."""
+    steps_per_epoch = math.ceil(rows / cfg.batch_size)
+    return cfg.max_steps or max(1, cfg.min_steps, int(round(steps_per_epoch * cfg.epochs)))
+
+
 def finetune(model, train: Encoded, val: Encoded, cfg: FinetuneConfig, task, curves_dir: Path,
-             desc: str = "fine-tune", loss_fn: LossFn | None = None) -> dict:
+             desc: str = "fine-tune", loss_fn: LossFn | None = None, bar_position: int = 0) -> dict:
     """Train `model` in place; return a summary (steps, wall time, `final_validation`:
     the metrics on `val`, `task.metrics`, compress.measure.metrics.task_metrics; task is a
     compress.data.prepare.Task).
@@ -199,7 +206,7 @@ def finetune(model, train: Encoded, val: Encoded, cfg: FinetuneConfig, task, cur
             model, device_ids=[device.index] if device.type == "cuda" else None)
         torch.manual_seed(cfg.seed + rank)  # each rank its own dropout masks
     steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    total = cfg.max_steps or max(1, cfg.min_steps, int(round(steps_per_epoch * cfg.epochs)))
+    total = planned_steps(cfg, len(train))
     no_decay = ("bias", "LayerNorm.weight")
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # frozen ones stay as they are
     groups = [
@@ -220,7 +227,7 @@ def finetune(model, train: Encoded, val: Encoded, cfg: FinetuneConfig, task, cur
     step, t0, seen, running = 0, time.perf_counter(), 0, []
     last_eval = {}
     bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, mininterval=2.0,
-               disable=not distributed.is_main())
+               disable=not distributed.is_main(), position=bar_position)
 
     def evaluate():
         logits = predict_logits(model, val, sharded=world > 1)
@@ -273,6 +280,7 @@ def finetune(model, train: Encoded, val: Encoded, cfg: FinetuneConfig, task, cur
         model.to("cpu")  # saved and measured like a single-process model
     return {"steps": step, "epochs": round(step / steps_per_epoch, 4), "train_rows": len(train),
             "sequences_seen": seen, "train_wall_s": round(wall, 1),
-            "train_seq_per_s": round(seen / wall, 1), "final_validation": last_eval,
+            "train_seq_per_s": round(seen / wall, 1), "threads": torch.get_num_threads(),
+            "final_validation": last_eval,
             **({"ranks": world} if world > 1 else {}),
             **({"bf16_autocast": f"off: {no_bf16}"} if no_bf16 else {})}
