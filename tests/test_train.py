@@ -114,3 +114,33 @@ def test_bf16_autocast_falls_back_to_fp32_without_native_bf16(tmp_path, prepared
     model, _ = tiny_model(seed=1)
     cfg = FinetuneConfig(epochs=1, batch_size=8, lr=1e-3, eval_every_steps=0, seed=7)
     assert "bf16_autocast" not in finetune(model, train, dev, cfg, SST2, tmp_path / "native")
+
+
+def test_teacher_seeds_alongside_give_the_teachers_one_at_a_time_gives(tmp_path, prepared_sst2):
+    """teacher.seeds_alongside: three seeds, two at a time on 2 threads (1 + 1, the third
+    alone on 1), against one after the other on 1 thread: the same figures per seed, the
+    same seed kept (seed 4, trained in the second process), bit for bit the same teacher; no
+    hand-over folder left behind."""
+    from compress.core.config import build
+    from compress.core.io import sha256_file
+    from compress.training.teacher import seed_groups
+
+    prepared = Prepared.open(prepared_sst2)
+    train = {"epochs": None, "max_steps": 20, "min_steps": 0, "batch_size": 8, "lr": 5e-3, "eval_every_steps": 0}
+    out = {}
+    for name, alongside, threads in (("alongside", True, 2), ("sequential", False, 1)):
+        cfg = build(TeacherConfig, {"model": "random:tiny", "seeds": [3, 4, 5], "seeds_alongside": alongside,
+                                    "seed_choice_fraction": 0.25, "train": {**train, "threads": threads}}, "teacher")
+        assert seed_groups(cfg) == (([[3, 4], [5]], 1) if alongside else ([[3], [4], [5]], 1))
+        s = build_teacher(cfg, prepared, tmp_path / name / "teacher", tmp_path / name / "curves", eval_max_length=32)
+        assert [r["threads"] for r in s["seeds"]] == [1, 1, 1]
+        assert s["seed_schedule"].startswith("two at a time" if alongside else "one after the other")
+        out[name] = ([(r["seed"], r["seed_choice"], r["validation"]) for r in s["seeds"]], s["chosen_seed"],
+                     sha256_file(tmp_path / name / "teacher" / "model.safetensors"),
+                     (tmp_path / name / "curves" / "train.csv").read_text())
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["curves", "teacher"]
+    assert out["alongside"] == out["sequential"]
+    # seed 4 wins on the seed-choice rows: the kept teacher came back from the second process
+    assert out["alongside"][1] == 4 and [r[1]["accuracy"] for r in out["alongside"][0]] == [0.5, 1.0, 1.0]
+    # one seed, or one thread, or torchrun: one after the other on every thread
+    assert seed_groups(build(TeacherConfig, {"train": {"threads": 2}}, "teacher")) == ([[42]], 2)

@@ -176,7 +176,7 @@ def test_seeds_are_fitted_without_the_seed_choice_rows_and_chosen_on_them_not_on
             (curves / name).write_text(f"seed,{cfg.seed}\n")
         fitted[cfg.seed], judged[cfg.seed] = len(train), len(val)
         current.append(cfg.seed)
-        return {"steps": 1, "train_wall_s": 0.0, "final_validation": {"accuracy": choice[cfg.seed]}}
+        return {"steps": 1, "train_wall_s": 0.0, "threads": 1, "final_validation": {"accuracy": choice[cfg.seed]}}
 
     monkeypatch.setattr(teacher_mod, "finetune", fake_finetune)
     monkeypatch.setattr(teacher_mod, "task_metrics", lambda task, enc, logits: {"accuracy": validation[current[-1]]})

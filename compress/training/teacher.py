@@ -3,14 +3,17 @@ fine-tune it on the prepared task unless it is already fine-tuned, save it as sa
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from compress.core import distributed
+from compress.core.alongside import Alongside
 from compress.core.config import check
 from compress.data.prepare import Prepared, carve, ids_sha256
-from compress.training.models import load_classifier, save_trained
+from compress.training.models import load_classifier, load_saved, save_trained
 from compress.data.tokens import encode
 from compress.training.train import TeacherTrainConfig, finetune, predict_logits, seed_everything, write_one_evaluation
 from compress.measure.metrics import task_metrics
@@ -32,6 +35,10 @@ class TeacherConfig:
     # the teacher overstates it (MRPC: the better of two seeds on validation, 81.2%, was
     # 77.5% on dev). Only the teacher's fit loses these rows; distillation trains on them.
     seed_choice_fraction: float = 0.1
+    # With several seeds: train two at a time, the second in another process, the threads
+    # split between them (needs train.threads >= 2; off under torchrun). A seed's teacher is
+    # what training it alone with half the threads gives, in ~0.69x the wall time on 2 cores.
+    seeds_alongside: bool = True
     train: TeacherTrainConfig = field(default_factory=TeacherTrainConfig)
 
     def __post_init__(self):
@@ -64,12 +71,22 @@ def build_teacher(cfg: TeacherConfig, prepared: Prepared, out_dir: str | Path, c
     task = prepared.task
     val_rows = prepared.validation()
     summary: dict = {"config": asdict(cfg)}
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
     # Curves land in place only when the stage's model does: a killed run leaves neither.
-    with distributed.output_dir(curves_dir) as curves_tmp:  # rank 0 writes; other ranks only train
+    # Seeds trained in a second process hand their weights over in `scratch`, named so that
+    # a killed run's leftovers are removed by the next save of out_dir (compress.core.io).
+    with distributed.output_dir(curves_dir) as curves_tmp, \
+            tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f"{out_dir.name}.tmp-seeds-") as scratch:
         if cfg.finetune:
-            model, tokenizer, source, training, runs, choice = _best_seed(cfg, prepared, val_rows, eval_max_length,
-                                                                          Path(curves_tmp))
+            model, tokenizer, source, training, runs, choice = _best_seed(cfg, prepared, eval_max_length,
+                                                                          Path(curves_tmp), Path(scratch))
             summary.update(source=source, training=training, seeds=runs, chosen_seed=training["seed"], **choice)
+            if len(runs) > 1:
+                groups, threads = seed_groups(cfg)
+                summary["seed_schedule"] = (f"two at a time (second process), {threads} threads each"
+                                            if any(len(g) > 1 for g in groups) else
+                                            f"one after the other, {threads} threads")
         else:
             seed_everything(cfg.train.seed)  # the classifier head's init depends on it
             model, tokenizer, source = load_classifier(cfg.model, task.num_labels, cfg.revision, cfg.train.seed,
@@ -103,41 +120,96 @@ def seed_choice_rows(cfg: TeacherConfig, prepared: Prepared) -> tuple[list, list
     return [train[i] for i in fit_ids], [train[i] for i in held_ids], card
 
 
-def _best_seed(cfg: TeacherConfig, prepared: Prepared, val_rows: list, eval_max_length: int, curves: Path):
-    """(model, tokenizer, source, its training summary, one entry per seed, the choice's
-    card entry) of the seed with the best primary metric on the seed-choice rows. One seed
-    trains straight into `curves` (its evaluations on validation); several train into a
-    folder each (evaluations on the seed-choice rows), and the kept seed's curves are
-    copied to `curves`."""
-    task, metric = prepared.task, prepared.task.primary_metric
+def seed_groups(cfg: TeacherConfig) -> tuple[list[list[int]], int]:
+    """(the seeds in groups trained at the same time, each seed's threads).
+
+    With `seeds_alongside`, several seeds, `train.threads` >= 2 and one process (not under
+    torchrun), seeds train two at a time, one here and one in a second process
+    (compress.core.alongside), each on half the threads, a last odd seed alone on half
+    too: a seed's teacher does not depend on where it falls in the list. Otherwise one
+    after the other on every thread."""
     seeds = cfg.run_seeds()
-    fit_rows, held_rows, choice = seed_choice_rows(cfg, prepared)
+    if len(seeds) > 1 and cfg.seeds_alongside and cfg.train.threads >= 2 and distributed.world() == 1:
+        return [seeds[i:i + 2] for i in range(0, len(seeds), 2)], cfg.train.threads // 2
+    return [[s] for s in seeds], cfg.train.threads
+
+
+def train_seed(cfg: TeacherConfig, prepared: Prepared, seed: int, threads: int, curves: Path,
+               eval_max_length: int, several: bool):
+    """Fine-tune one seed: (model, tokenizer, source, its training summary, its report entry).
+
+    One seed fits on every training row and is scored on validation; several fit on the
+    seed-choice carve's remaining rows and are scored on its held-out rows (the choice)
+    and on validation (measured, never chosen on)."""
+    task = prepared.task
+    fit_rows, held_rows, _ = seed_choice_rows(cfg, prepared)
+    seed_everything(seed)  # the classifier head's init depends on it
+    model, tokenizer, source = load_classifier(cfg.model, task.num_labels, cfg.revision, seed, kind=task.head)
+    train = encode(tokenizer, fit_rows, cfg.max_length)
+    val = encode(tokenizer, prepared.validation(), eval_max_length)
+    held = encode(tokenizer, held_rows, eval_max_length) if held_rows else None
+    curves.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    training = {"seed": seed, **finetune(model, train, held if held is not None else val,
+                                         replace(cfg.train, seed=seed, threads=threads), task, curves,
+                                         desc=f"teacher seed {seed}" if several else "teacher")}
+    if held is not None:  # finetune scored the seed-choice rows; validation is measured, never chosen on
+        training["final_seed_choice"] = training.pop("final_validation")
+        training["final_validation"] = task_metrics(task, val, predict_logits(model, val))
+    run = {"seed": seed, "validation": training["final_validation"], "steps": training["steps"],
+           "train_wall_s": training["train_wall_s"], "wall_s": round(time.perf_counter() - t0, 1),
+           "threads": training["threads"]}
+    if held is not None:
+        run["seed_choice"] = training["final_seed_choice"]
+    return model, tokenizer, source, training, run
+
+
+def _seed_in_own_process(cfg: TeacherConfig, prepared_root: Path, seed: int, threads: int, curves: Path,
+                         eval_max_length: int, model_dir: Path):
+    """`train_seed` in a second process (compress.core.alongside): the model comes back
+    through `model_dir` (safetensors), the rest as the return value."""
+    prepared = Prepared.open(prepared_root)
+    model, tokenizer, source, training, run = train_seed(cfg, prepared, seed, threads, curves, eval_max_length,
+                                                         several=True)
+    save_trained(model, tokenizer, model_dir, prepared.task)
+    return source, training, run
+
+
+def _best_seed(cfg: TeacherConfig, prepared: Prepared, eval_max_length: int, curves: Path, scratch: Path):
+    """(model, tokenizer, source, its training summary, one entry per seed, the choice's
+    card entry) of the seed with the best primary metric on the seed-choice rows (the
+    first of equals, in `seeds` order). One seed trains straight into `curves` (its
+    evaluations on validation); several train into a folder each (evaluations on the
+    seed-choice rows), two at a time when `seed_groups` says so (the second's model comes
+    back through `scratch`), and the kept seed's curves are copied to `curves`."""
+    metric = prepared.task.primary_metric
+    seeds = cfg.run_seeds()
+    several = len(seeds) > 1
+    choice = seed_choice_rows(cfg, prepared)[2]
+    groups, threads = seed_groups(cfg)
     best, runs = None, []
-    for seed in seeds:
-        seed_everything(seed)  # the classifier head's init depends on it
-        model, tokenizer, source = load_classifier(cfg.model, task.num_labels, cfg.revision, seed, kind=task.head)
-        train = encode(tokenizer, fit_rows, cfg.max_length)
-        val = encode(tokenizer, val_rows, eval_max_length)
-        held = encode(tokenizer, held_rows, eval_max_length) if held_rows else None
-        seed_curves = curves if len(seeds) == 1 else curves / f"seed-{seed}"
-        seed_curves.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        training = {"seed": seed, **finetune(model, train, held if held is not None else val,
-                                             replace(cfg.train, seed=seed), task, seed_curves,
-                                             desc=f"teacher seed {seed}" if len(seeds) > 1 else "teacher")}
-        if held is not None:  # finetune scored the seed-choice rows; validation is measured, never chosen on
-            training["final_seed_choice"] = training.pop("final_validation")
-            training["final_validation"] = task_metrics(task, val, predict_logits(model, val))
-        run = {"seed": seed, "validation": training["final_validation"], "steps": training["steps"],
-               "train_wall_s": training["train_wall_s"], "wall_s": round(time.perf_counter() - t0, 1)}
-        if held is not None:
-            run["seed_choice"] = training["final_seed_choice"]
-        runs.append(run)
-        judged = training.get("final_seed_choice", training["final_validation"])
-        if best is None or judged[metric] > best[5][metric]:
-            best = (model, tokenizer, source, training, seed_curves, judged)
-        del model  # a losing seed's weights go now: at most two teachers in memory
-    if len(seeds) > 1:
+
+    def seed_curves(seed: int) -> Path:
+        return curves / f"seed-{seed}" if several else curves
+
+    for here, *there in groups:
+        job = Alongside(_seed_in_own_process, (cfg, prepared.root, there[0], threads, seed_curves(there[0]),
+                                               eval_max_length, scratch / f"seed-{there[0]}"),
+                        threads=threads, name=f"teacher seed {there[0]}") if there else nullcontext()
+        with job:
+            done = [train_seed(cfg, prepared, here, threads, seed_curves(here), eval_max_length, several)]
+            if there:
+                source, training, run = job.result()
+                done.append((None, None, source, training, run))
+        for model, tokenizer, source, training, run in done:
+            runs.append(run)
+            judged = training.get("final_seed_choice", training["final_validation"])
+            if best is None or judged[metric] > best[5][metric]:
+                if model is None:  # trained in the second process: its weights are on disk
+                    model, tokenizer = load_saved(scratch / f"seed-{run['seed']}")
+                best = (model, tokenizer, source, training, seed_curves(run["seed"]), judged)
+            del model  # a losing seed's weights go now: at most two teachers in memory
+    if several:
         for name in ("train.csv", "eval.csv"):
             shutil.copyfile(best[4] / name, curves / name)
         for seed in seeds:
