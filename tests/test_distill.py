@@ -126,10 +126,10 @@ def test_control_alongside_trains_the_models_sequential_training_does(tmp_path, 
     assert figures["alongside"] == figures["after"]
     assert figures["alongside"][0] != figures["alongside"][1]  # the two models did learn differently
     # the schedule: alongside only with a control, >= 2 threads and one process
-    on = section({"distill": {"train": {"threads": 2}}}, "distill", DistillConfig)
+    on = section({"distill": {"control_alongside": True, "train": {"threads": 2}}}, "distill", DistillConfig)
     assert schedule(on, train_control=True)[1] == 1 and schedule(on, train_control=True)[0].threads == 1
     assert schedule(on, train_control=False) == (on.train, 0)
-    one = section({"distill": {"train": {"threads": 1}}}, "distill", DistillConfig)
+    one = section({"distill": {"control_alongside": True, "train": {"threads": 1}}}, "distill", DistillConfig)
     assert schedule(one, train_control=True) == (one.train, 0)
-    off = section({"distill": {"control_alongside": False}}, "distill", DistillConfig)
+    off = section({"distill": {}}, "distill", DistillConfig)  # the default: one after the other
     assert schedule(off, train_control=True) == (off.train, 0)
