@@ -142,12 +142,16 @@ class OrtQuantConfig:
         return sorted(set(self.keep_float) | (set() if own else {"embeddings"}))
 
 
+def exclusion_names(nodes: list[str]) -> list[str]:
+    """What nodes_to_exclude must list to keep `nodes` in float: the quantizer first
+    rewrites a Gemm into "<name>_MatMul" + Add and looks the exclusion up under that name."""
+    return list(nodes) + [n + "_MatMul" for n in nodes if n.endswith("Gemm")]
+
+
 def _nodes_to_exclude(path: Path, keep_float: list[str]) -> list[str]:
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
-    from compress.backends.onnx_runtime_check import exclusion_names
-
     return exclusion_names([n.name for n in graph.node if node_group(n.name, n.op_type) in keep_float])
 
 
@@ -337,7 +341,7 @@ def quantize_onnx(src_dir: str | Path, out_dir: str | Path, cfg: OrtQuantConfig,
     (compress.backends.onnx_runtime_check) may leave the most sensitive nodes in float;
     without one the check is recorded as skipped, with the reason."""
     from compress.backends.base import num_labels_of
-    from compress.backends.onnx_runtime_check import check_int8, exclusion_names
+    from compress.backends.onnx_runtime_check import check_int8
     from compress.data.prepare import Prepared
     from compress.data.tokenizer import load_fast_tokenizer
 

@@ -40,12 +40,6 @@ from compress.measure.drop import Scored, drop_upper_bound, relative_drop, score
 CANDIDATE_OPS = ("Attention", "MatMul", "Gemm")
 
 
-def exclusion_names(nodes: list[str]) -> list[str]:
-    """What nodes_to_exclude must list to keep `nodes` in float: the quantizer first
-    rewrites a Gemm into "<name>_MatMul" + Add and looks the exclusion up under that name."""
-    return list(nodes) + [n + "_MatMul" for n in nodes if n.endswith("Gemm")]
-
-
 def candidates(src: Path, excluded: list[str]) -> list[str]:
     """The nodes of the FP32 graph that quantize_dynamic quantizes under `excluded`."""
     import onnx
@@ -159,7 +153,8 @@ def check_int8(src: Path, dst: Path, excluded: list[str], build: Callable[[list[
         keep, tried = revert_until(ranked, check, cfg.max_drop, cfg.max_float_nodes)
         if keep:
             shutil.copyfile(tmp / f"float_{len(keep)}.onnx", dst)  # the graph checked above
-    met = tried[[t["float_nodes"] for t in tried].index(keep)]["drop_upper_bound"] <= cfg.max_drop
+    kept = next(t for t in tried if t["float_nodes"] == keep)  # revert_until returns a tried graph's nodes
+    met = kept["drop_upper_bound"] <= cfg.max_drop
     why = (f"{len(keep)} most sensitive node(s) left in float to stay within the max drop at "
            f"{cfg.confidence:.0%} confidence" if met else
            f"no graph with up to {cfg.max_float_nodes} node(s) in float stayed within the max drop at "
